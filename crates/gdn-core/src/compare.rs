@@ -1,0 +1,1 @@
+//! Correctness comparison (OWNER: helper-core-numerics). Stub; to be implemented.

@@ -1,0 +1,1 @@
+//! safetensors I/O (OWNER: helper-cli). Stub; to be implemented.

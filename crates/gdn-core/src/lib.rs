@@ -1,0 +1,22 @@
+//! gdn-core: the Gated Delta Net problem model (the flashinfer-bench GDN definitions), input validation,
+//! safetensors I/O, a float64 reference (token-by-token and chunked WY forms), a fast multithreaded CPU
+//! backend, random workload generation and the correctness comparison every backend is checked with.
+
+pub mod compare;
+pub mod cpu;
+pub mod definition;
+pub mod dtype;
+pub mod error;
+pub mod io;
+pub mod outputs;
+pub mod problem;
+pub mod reference;
+pub mod tensor;
+pub mod workload;
+
+pub use definition::{Definition, Heads, Op};
+pub use dtype::DType;
+pub use error::{GdnError, Result};
+pub use outputs::{Backend, Outputs, StateBuf};
+pub use problem::{Dims, Inputs, MtpMode, Problem, RunOptions, StateRef};
+pub use tensor::{Data, Tensor, TensorMap};

@@ -1,0 +1,107 @@
+//! Output buffers of a run and the backend interface every implementation (CPU, CUDA) provides.
+
+use crate::definition::Op;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::problem::{Inputs, Problem};
+use crate::tensor::{Data, Tensor, TensorMap};
+use half::bf16;
+
+/// Typed state output storage.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StateBuf {
+    F32(Vec<f32>),
+    BF16(Vec<bf16>),
+}
+
+impl StateBuf {
+    pub fn len(&self) -> usize {
+        match self {
+            StateBuf::F32(v) => v.len(),
+            StateBuf::BF16(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn to_f64(&self) -> Vec<f64> {
+        match self {
+            StateBuf::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            StateBuf::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+        }
+    }
+}
+
+/// Everything a run writes. Backends must write every element of `output` and `state`; for MTP, the
+/// intermediate rows of every non-padding request (other rows keep the caller's values).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outputs {
+    /// `output`, token-major `[tokens, HV, D]` (decode/MTP `[B, T, HV, D]` is the same memory).
+    pub output: Vec<bf16>,
+    /// `new_state` (decode, prefill) or `final_state` (MTP), `[rows, HV, D, D]`.
+    pub state: StateBuf,
+    /// MTP `intermediate_states_buffer` `[pool, T, HV, D, D]`, when given.
+    pub intermediate: Option<Vec<f32>>,
+}
+
+impl Outputs {
+    /// Buffers filled with NaN, so that any element a backend fails to write is caught by the comparison.
+    /// The intermediate buffer starts as the caller's buffer with the rows this run must write poisoned.
+    pub fn poisoned(p: &Problem, x: &Inputs) -> Outputs {
+        let n_out = p.output_shape().iter().product();
+        let n_state = p.state_shape().iter().product();
+        let state = match p.state_out_dtype() {
+            DType::BF16 => StateBuf::BF16(vec![bf16::NAN; n_state]),
+            _ => StateBuf::F32(vec![f32::NAN; n_state]),
+        };
+        let intermediate = x.intermediate.map(|buf| {
+            let mut buf = buf.to_vec();
+            let per_row = p.dims.seq_len * p.state_row_len();
+            for &i in x.state_indices.unwrap_or(&[]) {
+                if i >= 0 {
+                    let r = i as usize;
+                    buf[r * per_row..(r + 1) * per_row].fill(f32::NAN);
+                }
+            }
+            buf
+        });
+        Outputs {
+            output: vec![bf16::NAN; n_out],
+            state,
+            intermediate,
+        }
+    }
+
+    /// The outputs as named tensors, with the definition's names, shapes and dtypes. For MTP the
+    /// intermediate buffer is included under its input name (it is a destination the call writes).
+    pub fn into_tensors(self, p: &Problem) -> TensorMap {
+        let mut m = TensorMap::new();
+        m.insert(
+            "output".into(),
+            Tensor::new(p.output_shape(), Data::BF16(self.output)),
+        );
+        let data = match self.state {
+            StateBuf::F32(v) => Data::F32(v),
+            StateBuf::BF16(v) => Data::BF16(v),
+        };
+        m.insert(
+            p.def.state_output().into(),
+            Tensor::new(p.state_shape(), data),
+        );
+        if let (Op::Mtp, Some(buf)) = (p.def.op, self.intermediate) {
+            m.insert(
+                "intermediate_states_buffer".into(),
+                Tensor::new(p.intermediate_shape(), Data::F32(buf)),
+            );
+        }
+        m
+    }
+}
+
+/// An implementation of the three GDN operations.
+pub trait Backend: Send + Sync {
+    /// Short name for tables (`cpu`, `cuda`, ...).
+    fn name(&self) -> String;
+    /// Runs a validated problem, writing into `out` (which has the problem's shapes).
+    fn run(&self, p: &Problem, x: &Inputs, out: &mut Outputs) -> Result<()>;
+}

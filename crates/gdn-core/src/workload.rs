@@ -1,0 +1,1 @@
+//! Random workloads (OWNER: helper-core-numerics). Stub; to be implemented.
