@@ -12,6 +12,7 @@ pub mod outputs;
 pub mod problem;
 pub mod reference;
 pub mod tensor;
+pub mod timing;
 pub mod workload;
 
 pub use definition::{Definition, Heads, Op};
@@ -20,3 +21,4 @@ pub use error::{GdnError, Result};
 pub use outputs::{Backend, Outputs, StateBuf};
 pub use problem::{Dims, Inputs, MtpMode, Problem, RunOptions, StateRef};
 pub use tensor::{Data, Tensor, TensorMap};
+pub use timing::{TierSamples, Timed, TimingConfig};
