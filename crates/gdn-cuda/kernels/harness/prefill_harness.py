@@ -1,0 +1,431 @@
+"""Device harness for crates/gdn-cuda/kernels/prefill.cu (GDN chunked varlen prefill, sm_90a).
+
+Run on the GPU machine from the repository root:
+    PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill_harness.py [check] [time] [sweep] [small]
+Stages (each wrapped so that one failure does not lose the others):
+  compile  NVRTC through cuda.bindings (the production compiler), one module per GDN_NP; prints the log.
+  check    every variant vs a float64 token-by-token reference (vectorised over heads and sequences):
+           lengths 0/1/63/64/65, 57 mixed sequences, every head ratio, state present/absent, extreme gates,
+           a 16K-token slow-decay sequence, bf16-state variant; outputs poisoned with NaN first.
+  time     the eight ANCHORS.md configurations (bench_peers inputs), every BV variant; pure kernel time
+           through CUPTI (torch.profiler), L2 flushed (256 MB memset) before every call; median, p10, p90.
+Writes $OUT/prefill_check.json, $OUT/prefill_sweep.json and prints a short table last.
+The launch passes PrefillParams by value as packed bytes through cuLaunchKernel (cuda.bindings.driver),
+exactly as the Rust runtime will.
+"""
+import ctypes, itertools, json, math, os, random, statistics, struct, sys, time, traceback
+
+import torch
+import torch.nn.functional as F
+
+OUT = os.environ.get("OUT", "/tmp/out")
+os.makedirs(OUT, exist_ok=True)
+HERE = os.path.dirname(os.path.abspath(__file__))
+KDIR = os.path.dirname(HERE)
+dev = torch.device("cuda")
+ARGS = set(sys.argv[1:]) or {"check", "time"}
+T0 = time.time()
+RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "errors": [], "compile": {}}
+
+
+def log(*a):
+    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def save():
+    with open(f"{OUT}/prefill_check.json", "w") as f:
+        json.dump({k: RES[k] for k in ("device", "checks", "errors", "compile")}, f, indent=1)
+    with open(f"{OUT}/prefill_sweep.json", "w") as f:
+        json.dump({"device": RES["device"], "timings": RES["timings"]}, f, indent=1)
+
+
+# ------------------------------------------------------------------ compile (NVRTC) + launch (driver API)
+from cuda.bindings import driver as cu
+from cuda.bindings import nvrtc
+
+SRC = open(os.path.join(KDIR, "prefill.cu")).read()
+VARIANTS = [("f32", 16), ("f32", 32), ("f32", 64), ("f32", 128), ("bf16", 16), ("bf16", 32), ("bf16", 64), ("bf16", 128)]
+torch.zeros(1, device=dev)  # make torch's primary context current on this thread
+
+
+def _ok(r, what):
+    err = r[0]
+    if int(err) != 0:
+        raise RuntimeError(f"{what}: {err}")
+    return r[1] if len(r) == 2 else r[1:]
+
+
+def slot_bytes(bv):
+    return 3 * 4352 + 32 * (bv + 8) + 4 * 768 + 192 + 128
+
+
+def smem_bytes(bv, np_):
+    return 3 * np_ * slot_bytes(bv) + np_ * 2688 + (bv // 16) * 768
+
+
+SMEM_MAX = 232448  # sm_90 opt-in dynamic shared memory per block
+
+
+def include_dirs():
+    dirs = [KDIR]
+    for d in ["/usr/local/cuda/include"]:
+        if os.path.isdir(d):
+            dirs.append(d)
+    try:
+        import nvidia
+        for b in nvidia.__path__:
+            d = os.path.join(b, "cu13", "include")
+            if os.path.isdir(d):
+                dirs.append(d)
+    except Exception:
+        pass
+    return dirs
+
+
+class Module:
+    def __init__(self, np_):
+        self.np = np_
+        opts = [b"-arch=sm_90a", b"-std=c++17", f"-DGDN_NP={np_}".encode()] + [f"-I{d}".encode() for d in include_dirs()]
+        t = time.time()
+        prog = _ok(nvrtc.nvrtcCreateProgram(SRC.encode(), b"prefill.cu", 0, [], []), "nvrtcCreateProgram")
+        rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+        n = _ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
+        buf = b" " * n
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        logtxt = buf.decode(errors="replace").strip("\x00 \n")
+        if logtxt:
+            log("NVRTC log:", logtxt[:3000])
+        if int(rc) != 0:
+            raise RuntimeError(f"NVRTC failed: {logtxt[:3000]}")
+        n = _ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
+        cubin = b" " * n
+        _ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
+        self.module = _ok(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+        self.fns = {}
+        regs, local = {}, {}
+        A = cu.CUfunction_attribute
+        for st, bv in VARIANTS:
+            name = f"gdn_prefill_{st}_bv{bv}"
+            if smem_bytes(bv, np_) > SMEM_MAX:
+                continue
+            f = _ok(cu.cuModuleGetFunction(self.module, name.encode()), name)
+            _ok((cu.cuFuncSetAttribute(f, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes(bv, np_))[0], None), "smem attr")
+            regs[name] = _ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "regs")
+            local[name] = _ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "local")
+            self.fns[(st, bv)] = f
+        RES["compile"][f"NP{np_}"] = {"seconds": time.time() - t, "regs": regs, "local_bytes": local}
+        log(f"compiled NP={np_} in {time.time() - t:.2f}s regs {set(regs.values())} local {set(local.values())}")
+
+    def launch(self, st, bv, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state):
+        N = cu_seqlens.numel() - 1
+        H, HV = q.shape[1], v.shape[1]
+        ptr = lambda x: 0 if x is None else x.data_ptr()
+        raw = struct.pack("<11Qq f i i i", ptr(q), ptr(k), ptr(v), ptr(a), ptr(b), ptr(A_log), ptr(dt_bias),
+                          ptr(cu_seqlens), ptr(state), ptr(new_state), ptr(out), N, float(scale), H, HV, 0)
+        assert len(raw) == 112
+        buf = ctypes.create_string_buffer(raw, len(raw))
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        f = self.fns[(st, bv)]
+        grid = N * HV * (128 // bv)
+        if grid == 0:
+            return
+        block = 32 * (bv // 16 + self.np)
+        stream = torch.cuda.current_stream().cuda_stream
+        err, = cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem_bytes(bv, self.np),
+                                 cu.CUstream(stream), ctypes.addressof(argv), 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernel: {err}")
+
+
+# ------------------------------------------------------------------ inputs and reference
+def make_inputs(lens, H=4, HV=8, seed=0, state=True, normalise=True, gates="bench", state_dtype=torch.float32):
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    r = lambda *s: torch.randn(*s, device=dev, generator=gen)
+    T, N = sum(lens), len(lens)
+    cu_ = torch.tensor([0] + list(itertools.accumulate(lens)), device=dev, dtype=torch.int64)
+    q, k = r(T, H, 128), r(T, H, 128)
+    if normalise:
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    q, k, v = q.bfloat16(), k.bfloat16(), r(T, HV, 128).bfloat16()
+    st = (0.1 * r(N, HV, 128, 128)).to(state_dtype) if state else None
+    if gates == "bench":  # bench_peers: fast decay (g ~ 1e-3 .. 0.5)
+        A_log = torch.log(torch.rand(HV, device=dev, generator=gen) * 15 + 1)
+        dt_bias, a = r(HV), r(T, HV)
+    elif gates == "slow":  # long memory: g ~ 0.9 .. 0.999
+        A_log = -1.0 - 2.0 * torch.rand(HV, device=dev, generator=gen)
+        dt_bias, a = r(HV) * 0.5 - 2.0, r(T, HV) - 1.0
+    else:  # extreme: A_log up to 5, a up to +40 (decays underflow to 0), some a very negative (g -> 1)
+        A_log = torch.linspace(-3, 5, HV, device=dev)
+        dt_bias = r(HV)
+        a = torch.rand(T, HV, device=dev, generator=gen) * 80 - 40
+    a = a.bfloat16()
+    b = (r(T, HV) * 3).bfloat16()
+    return q, k, v, st, A_log.float(), a, dt_bias.float(), b, cu_, 1.0 / math.sqrt(128)
+
+
+def reference(q, k, v, state, A_log, a, dt_bias, b, cu_, scale):
+    """float64 token-by-token recurrence (definition semantics), all sequences and heads at once."""
+    T, H, D = q.shape
+    HV = v.shape[1]
+    N = cu_.numel() - 1
+    x = a.double() + dt_bias.double()
+    g = torch.exp(-torch.exp(A_log.double()) * F.softplus(x))
+    beta = torch.sigmoid(b.double())
+    qe = q.double().repeat_interleave(HV // H, dim=1)
+    ke = k.double().repeat_interleave(HV // H, dim=1)
+    vd = v.double()
+    cl = cu_.tolist()
+    lens = torch.tensor([cl[i + 1] - cl[i] for i in range(N)], device=dev)
+    starts = cu_[:-1]
+    S = torch.zeros(N, HV, D, D, dtype=torch.float64, device=dev)  # [N, HV, K, V]
+    if state is not None:
+        S = state.double().transpose(-1, -2).clone()
+    out = torch.zeros(T, HV, D, dtype=torch.float64, device=dev)
+    maxlen = int(lens.max().item()) if N else 0
+    for i in range(maxlen):
+        act = (lens > i).nonzero().squeeze(1)
+        t = starts[act] + i
+        Sa = S[act] * g[t][:, :, None, None]
+        kk, vv, qq = ke[t], vd[t], qe[t]
+        u = torch.einsum("nhk,nhkv->nhv", kk, Sa)
+        dlt = beta[t][:, :, None] * (vv - u)
+        Sa = Sa + kk[:, :, :, None] * dlt[:, :, None, :]
+        out[t] = scale * torch.einsum("nhk,nhkv->nhv", qq, Sa)
+        S[act] = Sa
+    ns = S.transpose(-1, -2).contiguous()
+    ns[lens == 0] = 0.0
+    return out, ns
+
+
+def compare(x, y):
+    x, y = x.double(), y.double()
+    d = (x - y).abs()
+    nan = int((~torch.isfinite(x)).sum().item())
+    bad = (d > 1e-2) & (d > 1e-2 * (y.abs() + 1e-8))
+    rel = (d.norm() / (y.norm() + 1e-300)).item()
+    worst = int(torch.nan_to_num(d, nan=1e30).argmax().item()) if d.numel() else -1
+    return {"rel_l2": rel, "max_abs": float(torch.nan_to_num(d, nan=float("inf")).max().item()) if d.numel() else 0.0,
+            "n_fail_tol": int(bad.sum().item()) + nan, "n_nan": nan, "worst_idx": worst, "n": d.numel()}
+
+
+def run_case(mod, st, bv, inp, out=None, ns=None):
+    q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+    T, HV, N = q.shape[0], v.shape[1], cu_.numel() - 1
+    sd = torch.bfloat16 if st == "bf16" else torch.float32
+    if out is None:
+        out = torch.empty(T, HV, 128, dtype=torch.bfloat16, device=dev)
+        ns = torch.empty(N, HV, 128, 128, dtype=sd, device=dev)
+    out.fill_(float("nan"))
+    ns.fill_(float("nan"))
+    stt = state.to(sd) if state is not None else None
+    mod.launch(st, bv, q, k, v, stt, A_log, a, dt_bias, b, cu_, scale, out, ns)
+    torch.cuda.synchronize()
+    return out, ns
+
+
+def check(mods):
+    rnd = random.Random(7)
+    mixed57 = [rnd.choice([0, 1, 2, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 129, 255, 300]) for _ in range(57)]
+    cases = [
+        ("edge 4/8 state", [0, 1, 63, 64, 65], 4, 8, True, "bench"),
+        ("edge 4/8 nostate slow", [65, 0, 1, 64, 63], 4, 8, False, "slow"),
+        ("mixed57 4/8 slow", mixed57, 4, 8, True, "slow"),
+        ("mixed 8/16 slow", mixed57[:12], 8, 16, True, "slow"),
+        ("mixed 16/32 bench", mixed57[12:20], 16, 32, True, "bench"),
+        ("mixed 2/8 slow", mixed57[20:30], 2, 8, True, "slow"),
+        ("extreme 4/8", [1, 17, 64, 200], 4, 8, True, "extreme"),
+        ("extreme 2/8 nostate", [300, 5], 2, 8, False, "extreme"),
+    ]
+    refs = {}
+    for name, lens, H, HV, stp, gates in cases:
+        inp = make_inputs(lens, H, HV, seed=hash(name) % 1000, state=stp, gates=gates)
+        refs[name] = (inp, reference(*inp))
+    log("references done")
+    for mod in mods:
+        for st, bv in VARIANTS:
+            if (st, bv) not in mod.fns or (st == "bf16" and (bv not in (32, 128) or mod.np != 2)):
+                continue
+            for name, (inp, (ro, rs)) in refs.items():
+                try:
+                    o, ns = run_case(mod, st, bv, inp)
+                    if st == "bf16":  # reference from the bf16-rounded initial state
+                        inp2 = list(inp)
+                        if inp2[3] is not None:
+                            inp2[3] = inp2[3].bfloat16().float()
+                        ro2, rs2 = reference(*inp2)
+                    else:
+                        ro2, rs2 = ro, rs
+                    row = {"case": name, "variant": f"{st}_bv{bv}", "NP": mod.np,
+                           "out": compare(o, ro2), "state": compare(ns, rs2)}
+                    RES["checks"].append(row)
+                    ok = row["out"]["n_fail_tol"] == 0 and row["state"]["n_fail_tol"] == 0
+                    log(f"check NP{mod.np} {st}_bv{bv:<3} {name:<24} out {row['out']['rel_l2']:.2e} "
+                        f"state {row['state']['rel_l2']:.2e} fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']} "
+                        f"nan {row['out']['n_nan']}/{row['state']['n_nan']} {'OK' if ok else 'FAIL'}")
+                except Exception:
+                    RES["errors"].append(f"check {name} {st}_bv{bv}: " + traceback.format_exc()[-1500:])
+                    log("ERROR", RES["errors"][-1])
+            save()
+    # long sequence, slow decay: 16K tokens, one variant per module
+    try:
+        inp = make_inputs([16384], 4, 8, seed=11, state=True, gates="slow")
+        ro, rs = reference(*inp)
+        for mod in mods[:1]:
+            for st, bv in [("f32", 16), ("f32", 128)]:
+                o, ns = run_case(mod, st, bv, inp)
+                row = {"case": "long16k slow", "variant": f"{st}_bv{bv}", "NP": mod.np,
+                       "out": compare(o, ro), "out_last1k": compare(o[-1024:], ro[-1024:]), "state": compare(ns, rs)}
+                RES["checks"].append(row)
+                log(f"check long16k {st}_bv{bv} out {row['out']['rel_l2']:.2e} last1k {row['out_last1k']['rel_l2']:.2e} "
+                    f"state {row['state']['rel_l2']:.2e} fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']}")
+        # determinism: same inputs twice, bitwise
+        o1, n1 = run_case(mods[0], "f32", 32, inp)
+        o1, n1 = o1.clone(), n1.clone()
+        o2, n2 = run_case(mods[0], "f32", 32, inp)
+        RES["checks"].append({"case": "determinism", "equal": bool(torch.equal(o1, o2) and torch.equal(n1, n2))})
+        log("determinism", RES["checks"][-1])
+    except Exception:
+        RES["errors"].append("long: " + traceback.format_exc()[-1500:])
+        log("ERROR", RES["errors"][-1])
+    # unnormalised q/k (contest 'random' workloads), short
+    try:
+        inp = make_inputs([6, 20, 40], 4, 8, seed=3, state=True, normalise=False, gates="bench")
+        ro, rs = reference(*inp)
+        o, ns = run_case(mods[0], "f32", 32, inp)
+        row = {"case": "unnormalised qk short", "variant": "f32_bv32", "out": compare(o, ro), "state": compare(ns, rs)}
+        RES["checks"].append(row)
+        log("unnormalised", row)
+    except Exception:
+        RES["errors"].append("unnorm: " + traceback.format_exc()[-1500:])
+    save()
+
+
+# ------------------------------------------------------------------ timing
+_flush = None
+
+
+def kernel_times(fn, iters=20):
+    """Per-call pure kernel time (us) via CUPTI, L2 flushed before every call; returns list."""
+    from torch.profiler import profile, ProfilerActivity
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=dev)
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            _flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    ts = []
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("gdn_prefill"):
+            ts.append(e.device_time if hasattr(e, "device_time") else e.cuda_time)
+    return ts
+
+
+def bench_inputs(lens, seed=0):  # identical to shared/peers/bench_peers.py prefill_inputs
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    r = lambda *s: torch.randn(*s, device=dev, generator=gen)
+    T, N = sum(lens), len(lens)
+    cu_ = torch.tensor([0] + list(itertools.accumulate(lens)), device=dev, dtype=torch.int64)
+    q = F.normalize(r(T, 4, 128), dim=-1).bfloat16()
+    k = F.normalize(r(T, 4, 128), dim=-1).bfloat16()
+    v = r(T, 8, 128).bfloat16()
+    state = 0.1 * r(N, 8, 128, 128)
+    A_log = torch.log(torch.rand(8, device=dev, generator=gen) * 15 + 1)
+    dt_bias = r(8)
+    a = r(T, 8).bfloat16()
+    b = r(T, 8).bfloat16()
+    return q, k, v, state, A_log, a, dt_bias, b, cu_, 1.0 / math.sqrt(128)
+
+
+TARGET = {"1x128": 8, "1x1024": 20, "1x8192": 60, "4x2048": 60, "32x256": 25, "mix30": 30, "1x65536": 200, "64x1024": 150}
+PEERS = {"1x128": 52.3, "1x1024": 69.8, "1x8192": 131.9, "4x2048": 147.7, "32x256": 66.9, "mix30": 76.4,
+         "1x65536": 423, "64x1024": 243}  # FlashInfer SM90, ANCHORS.md (H200)
+
+
+def timing(mods, sweep=False):
+    rnd = random.Random(5)
+    mix = [rnd.randint(8, 600) for _ in range(30)]
+    configs = [("1x128", [128]), ("1x1024", [1024]), ("1x8192", [8192]), ("4x2048", [2048] * 4),
+               ("32x256", [256] * 32), ("mix30", mix), ("1x65536", [65536]), ("64x1024", [1024] * 64)]
+    best = {}
+    for cname, lens in configs:
+        inp = bench_inputs(lens)
+        T, N = sum(lens), len(lens)
+        out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+        nsf = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+        nsb = torch.empty(N, 8, 128, 128, dtype=torch.bfloat16, device=dev)
+        stb = inp[3].bfloat16()
+        q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+        for mod in mods:
+            for st, bv in VARIANTS:
+                if st == "bf16" and not sweep and bv != 32:
+                    continue
+                if (mod.np != 2 and st == "bf16") or (st, bv) not in mod.fns:
+                    continue
+                try:
+                    ns, s0 = (nsb, stb) if st == "bf16" else (nsf, state)
+                    fn = lambda: mod.launch(st, bv, q, k, v, s0, A_log, a, dt_bias, b, cu_, scale, out, ns)
+                    ts = kernel_times(fn, iters=15 if T > 30000 else 25)
+                    ts.sort()
+                    row = {"config": cname, "T": T, "N": N, "variant": f"{st}_bv{bv}", "NP": mod.np,
+                           "median_us": statistics.median(ts), "p10_us": ts[len(ts) // 10],
+                           "p90_us": ts[(9 * len(ts)) // 10], "n": len(ts),
+                           "io_GBps": (T * 6144 + N * 8 * 65536 * (2 if st == "f32" else 1) * 2) / statistics.median(ts) / 1e3}
+                    RES["timings"].append(row)
+                    log(f"time {cname:<8} NP{mod.np} {st}_bv{bv:<3} median {row['median_us']:8.1f} us "
+                        f"(p10 {row['p10_us']:.1f} p90 {row['p90_us']:.1f})")
+                    if st == "f32":
+                        key = cname
+                        if key not in best or row["median_us"] < best[key][0]:
+                            best[key] = (row["median_us"], f"NP{mod.np}_bv{bv}")
+                except Exception:
+                    RES["errors"].append(f"time {cname} {st}_bv{bv}: " + traceback.format_exc()[-1500:])
+                    log("ERROR", RES["errors"][-1])
+        save()
+    print("\n=== prefill, fp32 state, pure kernel time (CUPTI, L2 flushed), best variant per config ===")
+    print(f"{'config':<9} {'best us':>9} {'variant':<10} {'target':>7} {'FlashInfer':>10}")
+    for cname, _ in configs:
+        if cname in best:
+            print(f"{cname:<9} {best[cname][0]:9.1f} {best[cname][1]:<10} {TARGET[cname]:7} {PEERS[cname]:10}")
+
+
+def main():
+    mods = []
+    for np_ in ([2, 1] if "sweep" in ARGS else [2]):
+        try:
+            mods.append(Module(np_))
+        except Exception as e:
+            RES["errors"].append(f"compile NP{np_}: " + repr(e)[-4000:])
+            log("COMPILE ERROR", repr(e)[-4000:])
+    save()
+    if not mods:
+        return
+    if "check" in ARGS:
+        try:
+            check(mods[:1] if "small" in ARGS else mods)
+        except Exception:
+            RES["errors"].append("check: " + traceback.format_exc()[-1500:])
+            log("ERROR", RES["errors"][-1])
+    if "time" in ARGS or "sweep" in ARGS:
+        try:
+            timing(mods, sweep="sweep" in ARGS)
+        except Exception:
+            RES["errors"].append("timing: " + traceback.format_exc()[-1500:])
+            log("ERROR", RES["errors"][-1])
+    save()
+    # check summary last
+    fails = [c for c in RES["checks"] if "out" in c and (c["out"]["n_fail_tol"] or c["state"]["n_fail_tol"])]
+    worst_o = max((c["out"]["rel_l2"] for c in RES["checks"] if "out" in c), default=float("nan"))
+    worst_s = max((c["state"]["rel_l2"] for c in RES["checks"] if "state" in c), default=float("nan"))
+    print(f"\nchecks: {len(RES['checks'])} rows, {len(fails)} with tolerance failures; worst out rel-L2 {worst_o:.2e}, "
+          f"worst state rel-L2 {worst_s:.2e}; errors: {len(RES['errors'])}")
+    for e in RES["errors"][:3]:
+        print("  ", e[-400:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,567 @@
+// prefill.cu — Gated Delta Net chunked varlen prefill for Hopper (sm_90a), tensor cores via mma.sync.
+//
+// Compiled at run time by NVRTC (options: -arch=sm_90a -std=c++17 -I<cuda include> -I<this folder>);
+// no system headers. Optional define: GDN_NP (producer warps per CTA, default 2; 1..3).
+//
+// ---------------------------------------------------------------------------------------------------------
+// Math (GDN.md §2), per (sequence, value head h), chunks of C = 16 tokens, S in [K, V] orientation:
+//   γ_i = Σ_{j<=i} log g_j (reset per chunk), A = strict_lower(diag(β) K Kᵀ ⊙ exp(γ_i − γ_j)), T = (I + A)⁻¹
+//   W = T diag(β e^γ) K,  U = T diag(β) V,  P = scale · (Q Kᵀ ⊙ exp(γ_i − γ_j) ⊙ [i ≥ j])
+//   Vn = U − W S;  O = scale e^γ ⊙ (Q S) + P Vn;  S ← e^{γ_C} S + Kᵀ (e^{γ_C − γ} ⊙ Vn)
+// Only differences γ_i − γ_j (i ≥ j) and γ_C − γ_i are exponentiated (all ≤ 0): no 0·inf (FlashInfer #3720).
+// The last, partial chunk is padded with k = q = v = 0, β = 0, log g = 0, which leaves S and every valid
+// output unchanged (padded rows of W, U, Vn are exactly 0).
+//
+// Grid / block mapping (one launch, no host sync, plans from cu_seqlens on the device):
+//   grid.x = N · HV · (128 / BV), flattened (no y/z limits): blockIdx.x = (seq · HV + h) · NVG + vg.
+//   Each CTA owns value columns [vg·BV, vg·BV + BV) of one (sequence, value head): an independent chain.
+//   block = 32 · (NW + NP) threads:
+//     warps 0..NW-1   "walkers": warp w owns 16 value rows; its state slice Sᵀ[16 v][128 k] lives in fp32
+//                     mma accumulator fragments (64 registers) for the whole sequence; per chunk it runs
+//                     Sᵀ·Wᵀ, Sᵀ·Qᵀ, Vᵀ·Tbᵀ (U), Vn·Pᵀ and the rank-16 update Vnᵀ·K on tensor cores.
+//     warps NW..NW+NP-1 "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
+//                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution, W on tensor
+//                     cores) into a ring of R = 3·NP shared-memory slots. Per iteration a producer waits for
+//                     chunk j's copies, computes it, signals FULL, and only then claims the slot of chunk
+//                     j + 2·NP (freed when the walkers finished chunk j − NP) and starts its copies: loads run
+//                     two producer iterations ahead and a slow walker never stalls a chunk that is loaded.
+//   Producer → walkers hand-off: named barriers FULL(s) = 1+s (producer bar.arrive, walkers bar.sync) and
+//   EMPTY(s) = 1+R+s (walkers bar.arrive, producer bar.sync), each with 32·(NW+1) threads. A walker arrives
+//   on EMPTY for chunk c only when chunk c+R exists, exactly when the producer waits for it.
+// Why: the state walk is the only sequential part and its per-chunk latency bounds long sequences; moving
+// all state-independent work to other warps keeps the walkers' chain to three tensor-core stages per chunk.
+//
+// Layouts: q, k [T, H, 128] bf16; v [T, HV, 128] bf16; a, b [T, HV] bf16; state / new_state [N, HV, V, K]
+// (k-last; fp32 or bf16 by variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory.
+// Value head h reads q/k head h / (HV / H). All offsets are 64-bit.
+//
+// Numerics: products with S use S rounded to bf16 (as FLA/FlashInfer); T, P and Vn (in the output product)
+// are carried as hi+lo bf16 pairs (3 mma instead of 1), which an fp64 emulation showed to be the dominant
+// bf16 error terms (output rel-L2 3.3e-3 -> 2.2e-3, state 2.5e-3 -> 1.7e-3 on slow-decay inputs).
+// ---------------------------------------------------------------------------------------------------------
+#include "gates.cuh"
+
+#ifndef GDN_NP
+#define GDN_NP 2
+#endif
+
+// Parameters of every gdn_prefill_* kernel. 8-byte fields first, then 4-byte fields; 112 bytes.
+// The Rust runtime mirrors this struct byte for byte (offsets in the comments).
+struct PrefillParams {
+    const __nv_bfloat16* q;        //   0: [T, H, 128] bf16
+    const __nv_bfloat16* k;        //   8: [T, H, 128] bf16
+    const __nv_bfloat16* v;        //  16: [T, HV, 128] bf16
+    const __nv_bfloat16* a;        //  24: [T, HV] bf16 (decay input)
+    const __nv_bfloat16* b;        //  32: [T, HV] bf16 (update-gate input, beta = sigmoid(b))
+    const float* A_log;            //  40: [HV] f32
+    const float* dt_bias;          //  48: [HV] f32
+    const i64* cu_seqlens;         //  56: [N+1] int64, device memory, non-decreasing, cu[0] = 0
+    const void* state;             //  64: [N, HV, 128, 128] k-last, f32 (gdn_prefill_f32_*) or bf16
+                                   //      (gdn_prefill_bf16_*); NULL means zeros
+    void* new_state;               //  72: [N, HV, 128, 128] k-last, same dtype as state; every row written
+    __nv_bfloat16* out;            //  80: [T, HV, 128] bf16
+    i64 num_seqs;                  //  88: N
+    float scale;                   //  96: output scale (resolved by the caller, never 0)
+    i32 num_q_heads;               // 100: H (q and k heads)
+    i32 num_v_heads;               // 104: HV, a multiple of H, even (gates are copied as aligned bf16 pairs)
+    i32 pad0;                      // 108: explicit padding to 112 bytes (write 0)
+};
+
+namespace gdn_prefill {
+
+constexpr int C = 16;              // chunk length (tokens); every mma shape below assumes 16
+constexpr int D = 128;             // head dim (K = V = 128)
+constexpr int LDK = D + 8;         // padded bf16 row stride of K/Q/W tiles: 272 B, ldmatrix conflict-free
+constexpr int LDS16 = 24;          // padded bf16 row stride of 16x16 tiles (48 B), conflict-free
+constexpr int TILE_KQ = C * LDK * 2;          // 16 x 136 x 2 = 4352 B
+constexpr int TILE16 = C * LDS16 * 2;         // 16 x 24 x 2 = 768 B
+
+// Shared-memory slot (one chunk's state-independent data) for a CTA with BV value columns.
+template <int BV> struct Slot {
+    static constexpr int LDV = BV + 8;                       // padded row stride of the V tile
+    static constexpr int K_OFF = 0;                          // K  bf16 [16][136]      4352 B
+    static constexpr int Q_OFF = K_OFF + TILE_KQ;            // Q  bf16 [16][136]      4352 B
+    static constexpr int W_OFF = Q_OFF + TILE_KQ;            // W  bf16 [16][136]      4352 B
+    static constexpr int V_OFF = W_OFF + TILE_KQ;            // V  bf16 [16][BV+8]     32(BV+8) B
+    static constexpr int TBH_OFF = V_OFF + C * LDV * 2;      // T diag(β) hi  bf16 [16][24]  768 B
+    static constexpr int TBL_OFF = TBH_OFF + TILE16;         // T diag(β) lo                 768 B
+    static constexpr int PH_OFF = TBL_OFF + TILE16;          // P hi  bf16 [16][24]          768 B
+    static constexpr int PL_OFF = PH_OFF + TILE16;           // P lo                         768 B
+    static constexpr int EGQ_OFF = PL_OFF + TILE16;          // scale·e^{γ_i}  f32 [16]
+    static constexpr int EC_OFF = EGQ_OFF + 64;              // e^{γ_C − γ_i}  f32 [16]
+    static constexpr int EGC_OFF = EC_OFF + 64;              // e^{γ_C}        f32 [1] (+ pad to 64 B)
+    static constexpr int GATE_OFF = EGC_OFF + 64;            // raw a (lanes 0..15) / b (16..31) bf16 pairs, u32 [32]
+    static constexpr int BYTES = GATE_OFF + 128;             // 16448 + 32(BV+8): BV=16 17216, 32 17728, 64 18752, 128 20800
+};
+// Per-producer scratch: A (f32 [16][16], 1024 B), T diag(β e^γ) hi/lo (bf16 [16][24], 2 x 768 B),
+// γ and β (f32 [16] each, 128 B).
+constexpr int PS_A_OFF = 0;
+constexpr int PS_TGH_OFF = 1024;
+constexpr int PS_TGL_OFF = PS_TGH_OFF + TILE16;
+constexpr int PS_GAM_OFF = PS_TGL_OFF + TILE16;
+constexpr int PS_BETA_OFF = PS_GAM_OFF + 64;
+constexpr int PS_BYTES = PS_BETA_OFF + 64;                   // 2688 B
+constexpr int WS_BYTES = TILE16;                             // per-walker output staging bf16 [16][24]
+
+// Dynamic shared memory of gdn_prefill_*_bv<BV> compiled with GDN_NP = NP:
+//   3·NP·Slot<BV>::BYTES + NP·2688 + (BV/16)·768   (bytes; the opt-in limit on sm_90 is 232448).
+// NP=2 (default): BV=16 109440, BV=32 113280, BV=64 120960, BV=128 136320.
+// NP=1: BV=16 55104, BV=32 57408, BV=64 62016, BV=128 71232. All > 48 KB: raise the dynamic limit.
+// NP <= 2 only: the ring uses 2·R + 1 = 6·NP + 1 named barriers and the hardware has 16.
+template <int BV, int NP> __device__ constexpr int smem_bytes() {
+    return 3 * NP * Slot<BV>::BYTES + NP * PS_BYTES + (BV / 16) * WS_BYTES;
+}
+
+// ------------------------------------------------------------------ PTX helpers
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
+}
+// D = A·B + D, m16n8k16, bf16 inputs, f32 accumulators.
+__device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma4(float* c, const u32* a, u32 b0, u32 b1) { mma(c, a[0], a[1], a[2], a[3], b0, b1); }
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
+    int n = valid ? 16 : 0;  // src-size 0: the 16 bytes are zero-filled, nothing is read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, bool valid) {
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+    return *reinterpret_cast<u32*>(&h);
+}
+// hi = bf16(x), lo = bf16(x - hi), packed pairwise.
+__device__ __forceinline__ void split_bf16(float x0, float x1, u32& hi, u32& lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    float2 hf = __bfloat1622float2(h);
+    hi = *reinterpret_cast<u32*>(&h);
+    lo = pack_bf16(x0 - hf.x, x1 - hf.y);
+}
+__device__ __forceinline__ float bf2f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <bool BF16> struct StateIO;
+template <> struct StateIO<false> {  // fp32 state
+    static __device__ __forceinline__ float2 load(const void* base, i64 off) {
+        return *reinterpret_cast<const float2*>(reinterpret_cast<const float*>(base) + off);
+    }
+    static __device__ __forceinline__ void store(void* base, i64 off, float x0, float x1) {
+        *reinterpret_cast<float2*>(reinterpret_cast<float*>(base) + off) = make_float2(x0, x1);
+    }
+};
+template <> struct StateIO<true> {  // bf16 state, fp32 math
+    static __device__ __forceinline__ float2 load(const void* base, i64 off) {
+        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(reinterpret_cast<const __nv_bfloat16*>(base) + off));
+    }
+    static __device__ __forceinline__ void store(void* base, i64 off, float x0, float x1) {
+        *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(base) + off) = __floats2bfloat162_rn(x0, x1);
+    }
+};
+
+// ------------------------------------------------------------------ producer: one chunk's loads
+template <int BV>
+__device__ __forceinline__ void load_chunk(const PrefillParams& p, unsigned char* slot, i64 t0, i64 eos, int hq, int h,
+                                           int v0, int lane) {
+    const int H = p.num_q_heads, HV = p.num_v_heads;
+    const u32 ks = smem_addr(slot + Slot<BV>::K_OFF), qs = smem_addr(slot + Slot<BV>::Q_OFF);
+#pragma unroll
+    for (int it = 0; it < (C * D / 8) / 32; ++it) {  // 256 pieces of 16 B per tile, 8 per lane
+        int idx = it * 32 + lane, r = idx >> 4, c = idx & 15;
+        bool ok = t0 + r < eos;
+        i64 off = ok ? ((t0 + r) * H + hq) * (i64)D + c * 8 : 0;
+        u32 d = (u32)(r * LDK + c * 8) * 2;
+        cp_async16(ks + d, p.k + off, ok);
+        cp_async16(qs + d, p.q + off, ok);
+    }
+    const u32 vs = smem_addr(slot + Slot<BV>::V_OFF);
+    constexpr int PPR = BV / 8;  // 16-byte pieces per V row
+#pragma unroll
+    for (int it = 0; it < (C * PPR + 31) / 32; ++it) {
+        int idx = it * 32 + lane;
+        if (idx < C * PPR) {
+            int r = idx / PPR, c = idx % PPR;
+            bool ok = t0 + r < eos;
+            i64 off = ok ? ((t0 + r) * HV + h) * (i64)D + v0 + c * 8 : 0;
+            cp_async16(vs + (u32)(r * Slot<BV>::LDV + c * 8) * 2, p.v + off, ok);
+        }
+    }
+    // Gate inputs: lane l < 16 copies the aligned bf16 pair holding a[t0+l, h], lane l >= 16 the pair holding
+    // b[t0+l-16, h] (HV is even, so the pair lies in the same token row and never past the end). Staging them
+    // through shared memory keeps the producer free of a register that waits on DRAM.
+    {
+        const i64 tt = t0 + (lane & 15);
+        const bool ok = tt < eos;
+        const i64 idx = ok ? ((tt * HV + h) & ~1LL) : 0;
+        cp_async4(smem_addr(slot + Slot<BV>::GATE_OFF) + 4 * lane, (lane < 16 ? p.a : p.b) + idx, ok);
+    }
+}
+
+// ------------------------------------------------------------------ producer: one chunk's precompute
+template <int BV>
+__device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned char* slot, unsigned char* scr,
+                                              int h, int nvalid, float dtb, float alog, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    float* gam_s = reinterpret_cast<float*>(scr + PS_GAM_OFF);
+    float* beta_s = reinterpret_cast<float*>(scr + PS_BETA_OFF);
+    float* Af = reinterpret_cast<float*>(scr + PS_A_OFF);
+    // ---- gates: log-decay (lanes 0..15) and beta (lanes 16..31), inclusive prefix sum of log-decays
+    const bool valid = (lane & 15) < nvalid;
+    const u32 gpair = reinterpret_cast<const u32*>(slot + Slot<BV>::GATE_OFF)[lane];
+    const float graw = __uint_as_float((h & 1) ? (gpair & 0xffff0000u) : (gpair << 16));  // bf16 -> f32
+    float lg = (lane < 16 && valid) ? gdn_log_decay(graw, dtb, alog) : 0.f;
+    float be = (lane >= 16 && valid) ? gdn_beta(graw) : 0.f;
+    float gam = lg;
+#pragma unroll
+    for (int off = 1; off < 16; off <<= 1) {
+        float y = __shfl_up_sync(0xffffffffu, gam, off, 16);
+        if ((lane & 15) >= off) gam += y;
+    }
+    const float gC = __shfl_sync(0xffffffffu, gam, 15);
+    be = __shfl_sync(0xffffffffu, be, (lane & 15) + 16);
+    if (lane < 16) {
+        gam_s[lane] = gam;
+        beta_s[lane] = be;
+        reinterpret_cast<float*>(slot + Slot<BV>::EGQ_OFF)[lane] = p.scale * __expf(gam);
+        reinterpret_cast<float*>(slot + Slot<BV>::EC_OFF)[lane] = __expf(gC - gam);
+        if (lane == 0) reinterpret_cast<float*>(slot + Slot<BV>::EGC_OFF)[0] = __expf(gC);
+    }
+    __syncwarp();
+    // ---- K Kᵀ and Q Kᵀ (16 x 16, k-dim 128) on tensor cores
+    float kk[2][2][4] = {}, qk[2][2][4] = {};  // [k-step parity][n-tile]: dependent chains of 4, not 8
+    {
+        const u32 ks = smem_addr(slot + Slot<BV>::K_OFF), qs = smem_addr(slot + Slot<BV>::Q_OFF);
+        const u32 lo = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            u32 k0, k1, k2, k3, q0, q1, q2, q3;
+            ldsm_x4(ks + lo + s * 32, k0, k1, k2, k3);
+            ldsm_x4(qs + lo + s * 32, q0, q1, q2, q3);
+            mma(kk[s & 1][0], k0, k1, k2, k3, k0, k2);
+            mma(kk[s & 1][1], k0, k1, k2, k3, k1, k3);
+            mma(qk[s & 1][0], q0, q1, q2, q3, k0, k2);
+            mma(qk[s & 1][1], q0, q1, q2, q3, k1, k3);
+        }
+    }
+    // ---- Aᵀ (f32, to scratch, column-major: At[j][i] = A_ij) and P = scale·QKᵀ ⊙ decay ⊙ [i>=j] (hi/lo bf16, to the slot)
+    {
+        __nv_bfloat16* ph = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::PH_OFF);
+        __nv_bfloat16* pl = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::PL_OFF);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int i = g + 8 * hr;
+                const float gi = gam_s[i], bi = beta_s[i];
+                float av[2], pv[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int j = 8 * nt + 2 * t + e;
+                    const float dec = __expf(fminf(gi - gam_s[j], 0.f));
+                    const int r = 2 * hr + e;
+                    av[e] = i > j ? bi * (kk[0][nt][r] + kk[1][nt][r]) * dec : 0.f;
+                    pv[e] = i >= j ? p.scale * (qk[0][nt][r] + qk[1][nt][r]) * dec : 0.f;
+                }
+                const int j0 = 8 * nt + 2 * t;
+                Af[j0 * 16 + i] = av[0];
+                Af[(j0 + 1) * 16 + i] = av[1];
+                u32 hi, lo;
+                split_bf16(pv[0], pv[1], hi, lo);
+                *reinterpret_cast<u32*>(ph + i * LDS16 + j0) = hi;
+                *reinterpret_cast<u32*>(pl + i * LDS16 + j0) = lo;
+            }
+    }
+    __syncwarp();
+    // ---- T = (I + A)⁻¹ by forward substitution in f32: lane owns column c = lane & 15. Right-looking:
+    // once T_jc is known it is folded into every later row at once (acc[i] += A_ij T_jc), so the
+    // dependent chain is one FMA per row instead of a row-long dot product.
+    {
+        const int c = lane & 15;
+        float col[16], acc[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            col[j] = j < c ? 0.f : (j == c ? 1.f : -acc[j]);
+            const float4* arow = reinterpret_cast<const float4*>(Af + j * 16);  // A_ij, i = 0..15 (0 for i <= j)
+#pragma unroll
+            for (int i4 = ((j + 1) / 4) * 4; i4 < 16; i4 += 4) {
+                const float4 a4 = arow[i4 >> 2];
+                if (i4 + 0 > j) acc[i4 + 0] = fmaf(a4.x, col[j], acc[i4 + 0]);
+                if (i4 + 1 > j) acc[i4 + 1] = fmaf(a4.y, col[j], acc[i4 + 1]);
+                if (i4 + 2 > j) acc[i4 + 2] = fmaf(a4.z, col[j], acc[i4 + 2]);
+                if (i4 + 3 > j) acc[i4 + 3] = fmaf(a4.w, col[j], acc[i4 + 3]);
+            }
+        }
+        // Tb = T diag(β) (slot, for U) and Tg = T diag(β e^γ) (scratch, for W), hi/lo bf16, column c
+        const float bc = beta_s[c], bgc = bc * __expf(gam_s[c]);
+        __nv_bfloat16* tbh = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::TBH_OFF);
+        __nv_bfloat16* tbl = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::TBL_OFF);
+        __nv_bfloat16* tgh = reinterpret_cast<__nv_bfloat16*>(scr + PS_TGH_OFF);
+        __nv_bfloat16* tgl = reinterpret_cast<__nv_bfloat16*>(scr + PS_TGL_OFF);
+        if (lane < 16) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                float x = col[i] * bc, y = col[i] * bgc;
+                __nv_bfloat16 xh = __float2bfloat16_rn(x), yh = __float2bfloat16_rn(y);
+                tbh[i * LDS16 + c] = xh;
+                tbl[i * LDS16 + c] = __float2bfloat16_rn(x - bf2f(xh));
+                tgh[i * LDS16 + c] = yh;
+                tgl[i * LDS16 + c] = __float2bfloat16_rn(y - bf2f(yh));
+            }
+        }
+    }
+    __syncwarp();
+    // ---- W = Tg · K (16 x 128, k-dim 16 tokens), hi + lo, stored bf16
+    {
+        const u32 lo16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;
+        u32 th[4], tl[4];
+        ldsm_x4(smem_addr(scr + PS_TGH_OFF) + lo16, th[0], th[1], th[2], th[3]);
+        ldsm_x4(smem_addr(scr + PS_TGL_OFF) + lo16, tl[0], tl[1], tl[2], tl[3]);
+        const u32 ks = smem_addr(slot + Slot<BV>::K_OFF);
+        const u32 lo = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;
+        __nv_bfloat16* ws = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::W_OFF);
+#pragma unroll
+        for (int pp = 0; pp < 8; ++pp) {
+            u32 b0, b1, b2, b3;
+            ldsm_x4_t(ks + lo + pp * 32, b0, b1, b2, b3);
+            float w0[4] = {}, w1[4] = {};
+            mma4(w0, th, b0, b1);
+            mma4(w0, tl, b0, b1);
+            mma4(w1, th, b2, b3);
+            mma4(w1, tl, b2, b3);
+            const int c0 = 16 * pp + 2 * t;
+            *reinterpret_cast<u32*>(ws + g * LDK + c0) = pack_bf16(w0[0], w0[1]);
+            *reinterpret_cast<u32*>(ws + (g + 8) * LDK + c0) = pack_bf16(w0[2], w0[3]);
+            *reinterpret_cast<u32*>(ws + g * LDK + c0 + 8) = pack_bf16(w1[0], w1[1]);
+            *reinterpret_cast<u32*>(ws + (g + 8) * LDK + c0 + 8) = pack_bf16(w1[2], w1[3]);
+        }
+    }
+    __syncwarp();
+}
+
+// ------------------------------------------------------------------ the kernel body
+template <int NW, int NP, bool BF16STATE>
+__device__ __forceinline__ void prefill_body(const PrefillParams& p) {
+    constexpr int BV = 16 * NW;
+    constexpr int NVG = D / BV;
+    constexpr int R = 3 * NP;  // ring depth: each producer has one chunk in the walkers' hands and two loading
+    constexpr int NBAR = 32 * (NW + 1);
+    static_assert(2 * R + 1 <= 16, "FULL/EMPTY named barriers: ids 1..2R must stay below 16 (GDN_NP <= 2)");
+    using SL = Slot<BV>;
+    extern __shared__ __align__(128) unsigned char smem[];
+
+    const int HV = p.num_v_heads;
+    const int tile = blockIdx.x;
+    const int vg = tile % NVG;
+    const int h = (tile / NVG) % HV;
+    const i64 seq = (i64)(tile / NVG) / HV;
+    const int hq = h / (HV / p.num_q_heads);
+    const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
+    const i64 len = eos > bos ? eos - bos : 0;
+    const int nch = (int)((len + C - 1) / C);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int v0 = vg * BV;
+
+    if (warp >= NW) {
+        // =============================== producer
+        const int pw = warp - NW;
+        unsigned char* scr = smem + R * SL::BYTES + pw * PS_BYTES;
+        const float dtb = p.dt_bias[h], alog = p.A_log[h];
+        // Prologue: this producer's first two chunks (pw, pw + NP) start loading; one commit group each.
+        if (pw < nch) load_chunk<BV>(p, smem + (pw % R) * SL::BYTES, bos + (i64)pw * C, eos, hq, h, v0, lane);
+        cp_async_commit();
+        if (pw + NP < nch)
+            load_chunk<BV>(p, smem + ((pw + NP) % R) * SL::BYTES, bos + (i64)(pw + NP) * C, eos, hq, h, v0, lane);
+        cp_async_commit();
+        for (int j = pw; j < nch; j += NP) {
+            cp_async_wait<1>();  // chunk j has landed (this lane's copies); chunk j + NP may still be in flight
+            __syncwarp();
+            const i64 rem = len - (i64)j * C;
+            compute_chunk<BV>(p, smem + (j % R) * SL::BYTES, scr, h, rem < C ? (int)rem : C, dtb, alog, lane);
+            bar_arrive(1 + j % R, NBAR);
+            // Only now wait for a free slot (chunk j + 2NP reuses the slot of chunk j - NP), so that a slow
+            // walker never delays the computation of a chunk that is already loaded.
+            const int jn = j + 2 * NP;
+            if (jn < nch) {
+                if (jn >= R) bar_sync(1 + R + jn % R, NBAR);  // walkers are done with chunk jn - R
+                load_chunk<BV>(p, smem + (jn % R) * SL::BYTES, bos + (i64)jn * C, eos, hq, h, v0, lane);
+            }
+            cp_async_commit();
+        }
+        cp_async_wait<0>();
+        return;
+    }
+
+    // =============================== walker: value rows [v0 + 16·warp, +16)
+    const int vw = v0 + 16 * warp;
+    unsigned char* ostage = smem + R * SL::BYTES + NP * PS_BYTES + warp * WS_BYTES;
+    float S[16][4];  // Sᵀ[v][k]: tile nt = k 8nt..8nt+7; [0]=(g,2t) [1]=(g,2t+1) [2]=(g+8,2t) [3]=(g+8,2t+1)
+    const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
+    if (p.state != nullptr && len > 0) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+            float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + 8 * nt + 2 * t);
+            float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t);
+            S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
+    }
+
+    const u32 lo_row = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;             // K/Q/W tiles
+    const u32 lo_16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;            // 16x16 tiles
+    const u32 lo_vt = (u32)(((lane & 7) + 8 * (lane >> 4)) * SL::LDV + 16 * warp + 8 * ((lane >> 3) & 1)) * 2;  // Vᵀ
+
+    for (int c = 0; c < nch; ++c) {
+        unsigned char* slot = smem + (c % R) * SL::BYTES;
+        bar_sync(1 + c % R, NBAR);
+        const u32 ks = smem_addr(slot + SL::K_OFF), qs = smem_addr(slot + SL::Q_OFF), ws = smem_addr(slot + SL::W_OFF);
+        // ---- X = Sᵀ Wᵀ and Y = Sᵀ Qᵀ ([16 v][16 tokens], k-dim 128); two accumulator sets for short chains
+        float X[2][2][4] = {}, Y[2][2][4] = {};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
+            const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
+            u32 w0, w1, w2, w3, q0, q1, q2, q3;
+            ldsm_x4(ws + lo_row + s * 32, w0, w1, w2, w3);
+            ldsm_x4(qs + lo_row + s * 32, q0, q1, q2, q3);
+            mma(X[s & 1][0], a0, a1, a2, a3, w0, w2);
+            mma(X[s & 1][1], a0, a1, a2, a3, w1, w3);
+            mma(Y[s & 1][0], a0, a1, a2, a3, q0, q2);
+            mma(Y[s & 1][1], a0, a1, a2, a3, q1, q3);
+        }
+        // ---- U = Vᵀ Tbᵀ (hi + lo)
+        float U[2][4] = {};
+        {
+            u32 va[4], th[4], tl[4];
+            ldsm_x4_t(smem_addr(slot + SL::V_OFF) + lo_vt, va[0], va[1], va[2], va[3]);
+            ldsm_x4(smem_addr(slot + SL::TBH_OFF) + lo_16, th[0], th[1], th[2], th[3]);
+            ldsm_x4(smem_addr(slot + SL::TBL_OFF) + lo_16, tl[0], tl[1], tl[2], tl[3]);
+            mma4(U[0], va, th[0], th[2]);
+            mma4(U[0], va, tl[0], tl[2]);
+            mma4(U[1], va, th[1], th[3]);
+            mma4(U[1], va, tl[1], tl[3]);
+        }
+        // ---- Vn = U − X (f32), [16 v][16 tokens]
+        float Vn[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) Vn[nt][r] = U[nt][r] - (X[0][nt][r] + X[1][nt][r]);
+        // ---- state update: S ← e^{γ_C} S + (Vn ⊙ e^{γ_C − γ_j}) K   (the sequential chain)
+        {
+            const float* ec = reinterpret_cast<const float*>(slot + SL::EC_OFF);
+            const float egc = reinterpret_cast<const float*>(slot + SL::EGC_OFF)[0];
+            const float2 e0 = *reinterpret_cast<const float2*>(ec + 2 * t);
+            const float2 e1 = *reinterpret_cast<const float2*>(ec + 8 + 2 * t);
+            const u32 u0 = pack_bf16(Vn[0][0] * e0.x, Vn[0][1] * e0.y), u1 = pack_bf16(Vn[0][2] * e0.x, Vn[0][3] * e0.y);
+            const u32 u2 = pack_bf16(Vn[1][0] * e1.x, Vn[1][1] * e1.y), u3 = pack_bf16(Vn[1][2] * e1.x, Vn[1][3] * e1.y);
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) S[nt][r] *= egc;
+#pragma unroll
+            for (int pp = 0; pp < 8; ++pp) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4_t(ks + lo_row + pp * 32, b0, b1, b2, b3);
+                mma(S[2 * pp], u0, u1, u2, u3, b0, b1);
+                mma(S[2 * pp + 1], u0, u1, u2, u3, b2, b3);
+            }
+        }
+        // ---- O = scale e^γ ⊙ Y + Vn Pᵀ, Vn and P as hi + lo (3 products)
+        float O[2][4];
+        {
+            const float* egq = reinterpret_cast<const float*>(slot + SL::EGQ_OFF);
+            const float2 q0 = *reinterpret_cast<const float2*>(egq + 2 * t);
+            const float2 q1 = *reinterpret_cast<const float2*>(egq + 8 + 2 * t);
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                O[0][2 * hr] = q0.x * (Y[0][0][2 * hr] + Y[1][0][2 * hr]);
+                O[0][2 * hr + 1] = q0.y * (Y[0][0][2 * hr + 1] + Y[1][0][2 * hr + 1]);
+                O[1][2 * hr] = q1.x * (Y[0][1][2 * hr] + Y[1][1][2 * hr]);
+                O[1][2 * hr + 1] = q1.y * (Y[0][1][2 * hr + 1] + Y[1][1][2 * hr + 1]);
+            }
+            u32 vh[4], vl[4], ph[4], pl[4];
+            split_bf16(Vn[0][0], Vn[0][1], vh[0], vl[0]);
+            split_bf16(Vn[0][2], Vn[0][3], vh[1], vl[1]);
+            split_bf16(Vn[1][0], Vn[1][1], vh[2], vl[2]);
+            split_bf16(Vn[1][2], Vn[1][3], vh[3], vl[3]);
+            ldsm_x4(smem_addr(slot + SL::PH_OFF) + lo_16, ph[0], ph[1], ph[2], ph[3]);
+            ldsm_x4(smem_addr(slot + SL::PL_OFF) + lo_16, pl[0], pl[1], pl[2], pl[3]);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                mma4(O[nt], vh, ph[nt], ph[nt + 2]);
+                mma4(O[nt], vl, ph[nt], ph[nt + 2]);
+                mma4(O[nt], vh, pl[nt], pl[nt + 2]);
+            }
+        }
+        if (c + R < nch) bar_arrive(1 + R + c % R, NBAR);  // slot free for chunk c + R
+        // ---- output: stage Oᵀ as [token][v] bf16, then one 16-byte store per lane
+        {
+            __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(ostage);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                    os[(8 * nt + 2 * t + (r & 1)) * LDS16 + g + 8 * (r >> 1)] = __float2bfloat16_rn(O[nt][r]);
+            __syncwarp();
+            const int i = lane >> 1, half = lane & 1;
+            const i64 tok = bos + (i64)c * C + i;
+            if (tok < eos) {
+                const uint4 val = *reinterpret_cast<const uint4*>(os + i * LDS16 + 8 * half);
+                *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + vw + 8 * half) = val;
+            }
+            __syncwarp();
+        }
+    }
+    // ---- final state (zeros for an empty sequence)
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * nt + 2 * t, S[nt][0], S[nt][1]);
+        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t, S[nt][2], S[nt][3]);
+    }
+}
+
+}  // namespace gdn_prefill
+
+// ---------------------------------------------------------------------------------------------------------
+// Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA (NW = BV/16 walker warps).
+//   grid  = (N · HV · (128 / BV), 1, 1)
+//   block = (32 · (BV/16 + GDN_NP), 1, 1)
+//   dynamic shared memory = gdn_prefill::smem_bytes<BV, GDN_NP>() (see the table above; needs the
+//   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES attribute raised, all variants exceed 48 KB).
+// ---------------------------------------------------------------------------------------------------------
+#define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                              \
+    extern "C" __global__ void __launch_bounds__(32 * (NW + GDN_NP), 1) NAME(const PrefillParams p) { \
+        gdn_prefill::prefill_body<NW, GDN_NP, BF16>(p);                                                \
+    }
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv16, 1, false)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv32, 2, false)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv64, 4, false)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv128, 8, false)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv16, 1, true)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv32, 2, true)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv64, 4, true)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv128, 8, true)
