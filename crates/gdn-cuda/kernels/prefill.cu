@@ -1,7 +1,8 @@
 // prefill.cu — Gated Delta Net chunked varlen prefill for Hopper (sm_90a), tensor cores via mma.sync.
 //
 // Compiled at run time by NVRTC (options: -arch=sm_90a -std=c++17 -I<cuda include> -I<this folder>);
-// no system headers. Optional define: GDN_NP (producer warps per CTA, default 2; 1..3).
+// no system headers. Optional define: GDN_NP (forces the producer warps per CTA of every variant; 1..5;
+// experiments only — the production build passes no define and gets the per-variant defaults below).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 16 tokens, S in [K, V] orientation:
@@ -21,13 +22,13 @@
 //                     Sᵀ·Wᵀ, Sᵀ·Qᵀ, Vᵀ·Tbᵀ (U), Vn·Pᵀ and the rank-16 update Vnᵀ·K on tensor cores.
 //     warps NW..NW+NP-1 "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution, W on tensor
-//                     cores) into a ring of R = 3·NP shared-memory slots. Per iteration a producer waits for
-//                     chunk j's copies, computes it, signals FULL, and only then claims the slot of chunk
-//                     j + 2·NP (freed when the walkers finished chunk j − NP) and starts its copies: loads run
-//                     two producer iterations ahead and a slow walker never stalls a chunk that is loaded.
-//   Producer → walkers hand-off: named barriers FULL(s) = 1+s (producer bar.arrive, walkers bar.sync) and
-//   EMPTY(s) = 1+R+s (walkers bar.arrive, producer bar.sync), each with 32·(NW+1) threads. A walker arrives
-//   on EMPTY for chunk c only when chunk c+R exists, exactly when the producer waits for it.
+//                     cores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
+//                     producer first claims the slot of its next chunk j + NP (freed when the walkers finished
+//                     chunk j − NP − 1) and starts its copies, then waits for chunk j's copies, computes it and
+//                     signals FULL: loads overlap one whole computation.
+//   Producer → walkers hand-off (v4): mbarriers in shared memory, FULL[s] (arrival count 32: all lanes of
+//   the producer warp, release) and EMPTY[s] (count 32·NW: every walker lane), waited on by phase parity
+//   (chunk c uses slot c % R, phase c / R). NP is no longer limited by the 16 named barriers (v1–v3: NP ≤ 2).
 // Why: the state walk is the only sequential part and its per-chunk latency bounds long sequences; moving
 // all state-independent work to other warps keeps the walkers' chain to three tensor-core stages per chunk.
 //
@@ -41,9 +42,8 @@
 // ---------------------------------------------------------------------------------------------------------
 #include "gates.cuh"
 
-#ifndef GDN_NP
-#define GDN_NP 2
-#endif
+// Producer warps per CTA, per variant (v4 default): BV=16, 32, 64 -> 5; BV=128 -> 4 (384 threads, <= 168 regs).
+// -DGDN_NP=n forces n (1..5) for every variant (experiments only; the runtime uses the defaults).
 
 // Parameters of every gdn_prefill_* kernel. 8-byte fields first, then 4-byte fields; 112 bytes.
 // The Rust runtime mirrors this struct byte for byte (offsets in the comments).
@@ -103,13 +103,21 @@ constexpr int PS_BETA_OFF = PS_GAM_OFF + 64;
 constexpr int PS_BYTES = PS_BETA_OFF + 64;                   // 2688 B
 constexpr int WS_BYTES = TILE16;                             // per-walker output staging bf16 [16][24]
 
-// Dynamic shared memory of gdn_prefill_*_bv<BV> compiled with GDN_NP = NP:
-//   3·NP·Slot<BV>::BYTES + NP·2688 + (BV/16)·768   (bytes; the opt-in limit on sm_90 is 232448).
-// NP=2 (default): BV=16 109440, BV=32 113280, BV=64 120960, BV=128 136320.
-// NP=1: BV=16 55104, BV=32 57408, BV=64 62016, BV=128 71232. All > 48 KB: raise the dynamic limit.
-// NP <= 2 only: the ring uses 2·R + 1 = 6·NP + 1 named barriers and the hardware has 16.
-template <int BV, int NP> __device__ constexpr int smem_bytes() {
-    return 3 * NP * Slot<BV>::BYTES + NP * PS_BYTES + (BV / 16) * WS_BYTES;
+// Dynamic shared memory of gdn_prefill_*_bv<BV> with NP producers and R = 2·NP + 1 ring slots:
+//   R·Slot<BV>::BYTES + NP·2688 + (BV/16)·768 + 16·R   (bytes; the opt-in limit on sm_90 is 232448;
+//   the last 16·R bytes are the FULL/EMPTY mbarriers).
+// Defaults (v4): BV=16 (NP 5) 203760, BV=32 (NP 5) 210160, BV=64 (NP 5) 222960, BV=128 (NP 4) 204240.
+// All > 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+template <int BV> __host__ __device__ constexpr int producers() {
+#ifdef GDN_NP
+    return GDN_NP;
+#else
+    return BV == 128 ? 4 : 5;
+#endif
+}
+template <int NP> __host__ __device__ constexpr int ring_depth() { return 2 * NP + 1; }
+template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
+    return ring_depth<NP>() * Slot<BV>::BYTES + NP * PS_BYTES + (BV / 16) * WS_BYTES + 16 * ring_depth<NP>();
 }
 
 // ------------------------------------------------------------------ PTX helpers
@@ -144,8 +152,20 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void bar_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+// mbarrier (shared::cta, 64-bit) helpers: init, arrive (release, CTA scope), wait on a phase parity (acquire).
+__device__ __forceinline__ void mbar_init(u32 addr, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 addr) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 addr, u32 parity) {
+    u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    } while (!done);
+}
 
 __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
@@ -364,11 +384,20 @@ template <int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     constexpr int BV = 16 * NW;
     constexpr int NVG = D / BV;
-    constexpr int R = 3 * NP;  // ring depth: each producer has one chunk in the walkers' hands and two loading
-    constexpr int NBAR = 32 * (NW + 1);
-    static_assert(2 * R + 1 <= 16, "FULL/EMPTY named barriers: ids 1..2R must stay below 16 (GDN_NP <= 2)");
+    constexpr int R = ring_depth<NP>();  // 2·NP + 1 slots: NP being computed, NP loading ahead, one of slack
+    static_assert(NP >= 1 && NP <= 5, "1..5 producer warps");
     using SL = Slot<BV>;
     extern __shared__ __align__(128) unsigned char smem[];
+    // mbarriers after everything else: FULL[s] (count 32: the producer warp's lanes), EMPTY[s] (count 32·NW).
+    const u32 bars = smem_addr(smem + R * SL::BYTES + NP * PS_BYTES + NW * WS_BYTES);
+    const u32 full0 = bars, empty0 = bars + 8 * R;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < R; ++s) {
+            mbar_init(full0 + 8 * s, 32);
+            mbar_init(empty0 + 8 * s, 32 * NW);
+        }
+    }
+    __syncthreads();
 
     const int HV = p.num_v_heads;
     const int tile = blockIdx.x;
@@ -388,26 +417,24 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         const int pw = warp - NW;
         unsigned char* scr = smem + R * SL::BYTES + pw * PS_BYTES;
         const float dtb = p.dt_bias[h], alog = p.A_log[h];
-        // Prologue: this producer's first two chunks (pw, pw + NP) start loading; one commit group each.
+        // Prologue: this producer's first chunk pw (< R: its slot is free) starts loading; one group per chunk.
         if (pw < nch) load_chunk<BV>(p, smem + (pw % R) * SL::BYTES, bos + (i64)pw * C, eos, hq, h, v0, lane);
         cp_async_commit();
-        if (pw + NP < nch)
-            load_chunk<BV>(p, smem + ((pw + NP) % R) * SL::BYTES, bos + (i64)(pw + NP) * C, eos, hq, h, v0, lane);
-        cp_async_commit();
         for (int j = pw; j < nch; j += NP) {
-            cp_async_wait<1>();  // chunk j has landed (this lane's copies); chunk j + NP may still be in flight
-            __syncwarp();
-            const i64 rem = len - (i64)j * C;
-            compute_chunk<BV>(p, smem + (j % R) * SL::BYTES, scr, h, rem < C ? (int)rem : C, dtb, alog, lane);
-            bar_arrive(1 + j % R, NBAR);
-            // Only now wait for a free slot (chunk j + 2NP reuses the slot of chunk j - NP), so that a slow
-            // walker never delays the computation of a chunk that is already loaded.
-            const int jn = j + 2 * NP;
+            // Start the loads of this producer's next chunk jn = j + NP before computing chunk j, so that they
+            // overlap a whole computation. Its slot held chunk jn − R = j − NP − 1: wait until the walkers
+            // released it (phase (jn / R) − 1 of EMPTY[jn % R]).
+            const int jn = j + NP;
             if (jn < nch) {
-                if (jn >= R) bar_sync(1 + R + jn % R, NBAR);  // walkers are done with chunk jn - R
+                if (jn >= R) mbar_wait(empty0 + 8 * (jn % R), (u32)((jn / R) - 1) & 1u);
                 load_chunk<BV>(p, smem + (jn % R) * SL::BYTES, bos + (i64)jn * C, eos, hq, h, v0, lane);
             }
             cp_async_commit();
+            cp_async_wait<1>();  // chunk j has landed (this lane's copies); chunk jn may still be in flight
+            __syncwarp();
+            const i64 rem = len - (i64)j * C;
+            compute_chunk<BV>(p, smem + (j % R) * SL::BYTES, scr, h, rem < C ? (int)rem : C, dtb, alog, lane);
+            mbar_arrive(full0 + 8 * (j % R));  // every lane: its copies and stores happen-before the walkers' reads
         }
         cp_async_wait<0>();
         return;
@@ -436,7 +463,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c % R) * SL::BYTES;
-        bar_sync(1 + c % R, NBAR);
+        mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
         const u32 ks = smem_addr(slot + SL::K_OFF), qs = smem_addr(slot + SL::Q_OFF), ws = smem_addr(slot + SL::W_OFF);
         // ---- X = Sᵀ Wᵀ and Y = Sᵀ Qᵀ ([16 v][16 tokens], k-dim 128); two accumulator sets for short chains
         float X[2][2][4] = {}, Y[2][2][4] = {};
@@ -517,7 +544,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
                 mma4(O[nt], vh, pl[nt], pl[nt + 2]);
             }
         }
-        if (c + R < nch) bar_arrive(1 + R + c % R, NBAR);  // slot free for chunk c + R
+        mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
         // ---- output: stage Oᵀ as [token][v] bf16, then one 16-byte store per lane
         {
             __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(ostage);
@@ -549,13 +576,16 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // ---------------------------------------------------------------------------------------------------------
 // Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA (NW = BV/16 walker warps).
 //   grid  = (N · HV · (128 / BV), 1, 1)
-//   block = (32 · (BV/16 + GDN_NP), 1, 1)
-//   dynamic shared memory = gdn_prefill::smem_bytes<BV, GDN_NP>() (see the table above; needs the
+//   block = (32 · (BV/16 + NP), 1, 1) with NP = 5 for BV = 16, 32, 64 and NP = 4 for BV = 128:
+//           bv16 192, bv32 224, bv64 288, bv128 384 threads
+//   dynamic shared memory = gdn_prefill::smem_bytes<BV, NP>(): bv16 203760, bv32 210160, bv64 222960,
+//           bv128 204240 bytes (see the table above; needs the
 //   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES attribute raised, all variants exceed 48 KB).
 // ---------------------------------------------------------------------------------------------------------
-#define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                              \
-    extern "C" __global__ void __launch_bounds__(32 * (NW + GDN_NP), 1) NAME(const PrefillParams p) { \
-        gdn_prefill::prefill_body<NW, GDN_NP, BF16>(p);                                                \
+#define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * (NW + gdn_prefill::producers<16 * NW>()), 1)          \
+        NAME(const PrefillParams p) {                                                                       \
+        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(p);                          \
     }
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv16, 1, false)
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv32, 2, false)

@@ -1,7 +1,12 @@
 """Device harness for crates/gdn-cuda/kernels/prefill.cu (GDN chunked varlen prefill, sm_90a).
 
 Run on the GPU machine from the repository root:
-    PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill_harness.py [check] [time] [sweep] [small]
+    PYTHONUNBUFFERED=1 [NP_SWEEP=3,4,5] python3 crates/gdn-cuda/kernels/harness/prefill_harness.py [check] [time] [sweep] [small] [prof]
+  NP_SWEEP   also compile modules with -DGDN_NP=n (every variant forced to n producers) and check/time them.
+  prof       three launches of one case for ncu/compute-sanitizer (PROF_CFG=NxLEN, default 1x1024; PROF_BV=16),
+             compiled with -lineinfo; writes no JSON. Example (what produced the v4 profile):
+             ncu --clock-control none --kernel-name regex:gdn_prefill --launch-skip 2 --launch-count 1 \
+                 --section WarpStateStats --section SchedulerStats --section SourceCounters -o $OUT/prof python3 <this> prof
 Stages (each wrapped so that one failure does not lose the others):
   compile  NVRTC through cuda.bindings (the production compiler), one module per GDN_NP; prints the log.
   check    every variant vs a float64 token-by-token reference (vectorised over heads and sequences):
@@ -33,6 +38,8 @@ def log(*a):
 
 
 def save():
+    if not ARGS & {"check", "time", "sweep"}:  # a pure `prof` run must not overwrite the last results
+        return
     with open(f"{OUT}/prefill_check.json", "w") as f:
         json.dump({k: RES[k] for k in ("device", "checks", "errors", "compile")}, f, indent=1)
     with open(f"{OUT}/prefill_sweep.json", "w") as f:
@@ -59,8 +66,16 @@ def slot_bytes(bv):
     return 3 * 4352 + 32 * (bv + 8) + 4 * 768 + 192 + 128
 
 
-def smem_bytes(bv, np_):
-    return 3 * np_ * slot_bytes(bv) + np_ * 2688 + (bv // 16) * 768
+NP_DEFAULT = {16: 5, 32: 5, 64: 5, 128: 4}  # prefill.cu producers<BV>() without -DGDN_NP
+
+
+def np_of(bv, forced):
+    return forced if forced else NP_DEFAULT[bv]
+
+
+def smem_bytes(bv, np_):  # ring of R = 2·NP + 1 slots, per-producer scratch, walker staging, 2·R mbarriers
+    r = 2 * np_ + 1
+    return r * slot_bytes(bv) + np_ * 2688 + (bv // 16) * 768 + 16 * r
 
 
 SMEM_MAX = 232448  # sm_90 opt-in dynamic shared memory per block
@@ -84,8 +99,11 @@ def include_dirs():
 
 class Module:
     def __init__(self, np_):
-        self.np = np_
-        opts = [b"-arch=sm_90a", b"-std=c++17", f"-DGDN_NP={np_}".encode()] + [f"-I{d}".encode() for d in include_dirs()]
+        self.np = np_  # None: the per-variant defaults (production); n: -DGDN_NP=n for every variant
+        opts = [b"-arch=sm_90a", b"-std=c++17"] + ([f"-DGDN_NP={np_}".encode()] if np_ else []) + \
+            [f"-I{d}".encode() for d in include_dirs()]
+        if "prof" in ARGS:
+            opts.append(b"-lineinfo")
         t = time.time()
         prog = _ok(nvrtc.nvrtcCreateProgram(SRC.encode(), b"prefill.cu", 0, [], []), "nvrtcCreateProgram")
         rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
@@ -106,10 +124,10 @@ class Module:
         A = cu.CUfunction_attribute
         for st, bv in VARIANTS:
             name = f"gdn_prefill_{st}_bv{bv}"
-            if smem_bytes(bv, np_) > SMEM_MAX:
+            if smem_bytes(bv, np_of(bv, np_)) > SMEM_MAX:
                 continue
             f = _ok(cu.cuModuleGetFunction(self.module, name.encode()), name)
-            _ok((cu.cuFuncSetAttribute(f, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes(bv, np_))[0], None), "smem attr")
+            _ok((cu.cuFuncSetAttribute(f, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes(bv, np_of(bv, np_)))[0], None), "smem attr")
             regs[name] = _ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "regs")
             local[name] = _ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "local")
             self.fns[(st, bv)] = f
@@ -129,9 +147,10 @@ class Module:
         grid = N * HV * (128 // bv)
         if grid == 0:
             return
-        block = 32 * (bv // 16 + self.np)
+        npv = np_of(bv, self.np)
+        block = 32 * (bv // 16 + npv)
         stream = torch.cuda.current_stream().cuda_stream
-        err, = cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem_bytes(bv, self.np),
+        err, = cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem_bytes(bv, npv),
                                  cu.CUstream(stream), ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuLaunchKernel: {err}")
@@ -243,7 +262,7 @@ def check(mods):
     log("references done")
     for mod in mods:
         for st, bv in VARIANTS:
-            if (st, bv) not in mod.fns or (st == "bf16" and (bv not in (32, 128) or mod.np != 2)):
+            if (st, bv) not in mod.fns or (st == "bf16" and (bv not in (32, 128) or mod.np is not None)):
                 continue
             for name, (inp, (ro, rs)) in refs.items():
                 try:
@@ -255,11 +274,11 @@ def check(mods):
                         ro2, rs2 = reference(*inp2)
                     else:
                         ro2, rs2 = ro, rs
-                    row = {"case": name, "variant": f"{st}_bv{bv}", "NP": mod.np,
+                    row = {"case": name, "variant": f"{st}_bv{bv}", "NP": np_of(bv, mod.np),
                            "out": compare(o, ro2), "state": compare(ns, rs2)}
                     RES["checks"].append(row)
                     ok = row["out"]["n_fail_tol"] == 0 and row["state"]["n_fail_tol"] == 0
-                    log(f"check NP{mod.np} {st}_bv{bv:<3} {name:<24} out {row['out']['rel_l2']:.2e} "
+                    log(f"check NP{np_of(bv, mod.np)}{'' if mod.np is None else 'f'} {st}_bv{bv:<3} {name:<24} out {row['out']['rel_l2']:.2e} "
                         f"state {row['state']['rel_l2']:.2e} fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']} "
                         f"nan {row['out']['n_nan']}/{row['state']['n_nan']} {'OK' if ok else 'FAIL'}")
                 except Exception:
@@ -273,7 +292,7 @@ def check(mods):
         for mod in mods[:1]:
             for st, bv in [("f32", 16), ("f32", 128)]:
                 o, ns = run_case(mod, st, bv, inp)
-                row = {"case": "long16k slow", "variant": f"{st}_bv{bv}", "NP": mod.np,
+                row = {"case": "long16k slow", "variant": f"{st}_bv{bv}", "NP": np_of(bv, mod.np),
                        "out": compare(o, ro), "out_last1k": compare(o[-1024:], ro[-1024:]), "state": compare(ns, rs)}
                 RES["checks"].append(row)
                 log(f"check long16k {st}_bv{bv} out {row['out']['rel_l2']:.2e} last1k {row['out_last1k']['rel_l2']:.2e} "
@@ -364,24 +383,24 @@ def timing(mods, sweep=False):
             for st, bv in VARIANTS:
                 if st == "bf16" and not sweep and bv != 32:
                     continue
-                if (mod.np != 2 and st == "bf16") or (st, bv) not in mod.fns:
+                if (mod.np is not None and st == "bf16") or (st, bv) not in mod.fns:
                     continue
                 try:
                     ns, s0 = (nsb, stb) if st == "bf16" else (nsf, state)
                     fn = lambda: mod.launch(st, bv, q, k, v, s0, A_log, a, dt_bias, b, cu_, scale, out, ns)
                     ts = kernel_times(fn, iters=15 if T > 30000 else 25)
                     ts.sort()
-                    row = {"config": cname, "T": T, "N": N, "variant": f"{st}_bv{bv}", "NP": mod.np,
+                    row = {"config": cname, "T": T, "N": N, "variant": f"{st}_bv{bv}", "NP": np_of(bv, mod.np),
                            "median_us": statistics.median(ts), "p10_us": ts[len(ts) // 10],
                            "p90_us": ts[(9 * len(ts)) // 10], "n": len(ts),
                            "io_GBps": (T * 6144 + N * 8 * 65536 * (2 if st == "f32" else 1) * 2) / statistics.median(ts) / 1e3}
                     RES["timings"].append(row)
-                    log(f"time {cname:<8} NP{mod.np} {st}_bv{bv:<3} median {row['median_us']:8.1f} us "
+                    log(f"time {cname:<8} NP{np_of(bv, mod.np)}{'' if mod.np is None else 'f'} {st}_bv{bv:<3} median {row['median_us']:8.1f} us "
                         f"(p10 {row['p10_us']:.1f} p90 {row['p90_us']:.1f})")
                     if st == "f32":
                         key = cname
                         if key not in best or row["median_us"] < best[key][0]:
-                            best[key] = (row["median_us"], f"NP{mod.np}_bv{bv}")
+                            best[key] = (row["median_us"], f"NP{np_of(bv, mod.np)}{'' if mod.np is None else 'f'}_bv{bv}")
                 except Exception:
                     RES["errors"].append(f"time {cname} {st}_bv{bv}: " + traceback.format_exc()[-1500:])
                     log("ERROR", RES["errors"][-1])
@@ -395,7 +414,8 @@ def timing(mods, sweep=False):
 
 def main():
     mods = []
-    for np_ in ([2, 1] if "sweep" in ARGS else [2]):
+    nps = [None] + [int(x) for x in os.environ.get("NP_SWEEP", "").split(",") if x]
+    for np_ in nps:
         try:
             mods.append(Module(np_))
         except Exception as e:
@@ -404,6 +424,21 @@ def main():
     save()
     if not mods:
         return
+    if "prof" in ARGS:  # a few launches of one case for ncu: PROF_CFG=1x1024 PROF_BV=16
+        try:
+            n, l = (int(x) for x in os.environ.get("PROF_CFG", "1x1024").split("x"))
+            bv = int(os.environ.get("PROF_BV", "16"))
+            inp = bench_inputs([l] * n)
+            q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+            out = torch.empty(n * l, 8, 128, dtype=torch.bfloat16, device=dev)
+            ns = torch.empty(n, 8, 128, 128, dtype=torch.float32, device=dev)
+            for _ in range(3):
+                mods[0].launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns)
+            torch.cuda.synchronize()
+            log("prof launches done")
+        except Exception:
+            RES["errors"].append("prof: " + traceback.format_exc()[-1500:])
+            log("ERROR", RES["errors"][-1])
     if "check" in ARGS:
         try:
             check(mods[:1] if "small" in ARGS else mods)
