@@ -1,7 +1,7 @@
 // prefill.cu — Gated Delta Net chunked varlen prefill for Hopper (sm_90a), tensor cores via mma.sync.
 //
 // Compiled at run time by NVRTC (options: -arch=sm_90a -std=c++17 -I<cuda include> -I<this folder>);
-// no system headers. Optional define: GDN_NP (forces the producer warps per CTA of every variant; 1..5;
+// no system headers. Optional define: GDN_NP (forces the producer warps per CTA of every variant; 1..6;
 // experiments only — the production build passes no define and gets the per-variant defaults below).
 //
 // ---------------------------------------------------------------------------------------------------------
@@ -19,10 +19,11 @@
 //   block = 32 · (NW + NP) threads:
 //     warps 0..NW-1   "walkers": warp w owns 16 value rows; its state slice Sᵀ[16 v][128 k] lives in fp32
 //                     mma accumulator fragments (64 registers) for the whole sequence; per chunk it runs
-//                     Sᵀ·Wᵀ, Sᵀ·Qᵀ, Vᵀ·Tbᵀ (U), Vn·Pᵀ and the rank-16 update Vnᵀ·K on tensor cores.
+//                     Z = Sᵀ·Kᵀ, Sᵀ·Qᵀ, X = Z·Tgᵀ (= Sᵀ·Wᵀ, v5), Vᵀ·Tbᵀ (U), Vn·Pᵀ and the rank-16 update
+//                     Vnᵀ·K on tensor cores.
 //     warps NW..NW+NP-1 "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
-//                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution, W on tensor
-//                     cores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
+//                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
+//                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
 //                     producer first claims the slot of its next chunk j + NP (freed when the walkers finished
 //                     chunk j − NP − 1) and starts its copies, then waits for chunk j's copies, computes it and
 //                     signals FULL: loads overlap one whole computation.
@@ -36,14 +37,14 @@
 // (k-last; fp32 or bf16 by variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory.
 // Value head h reads q/k head h / (HV / H). All offsets are 64-bit.
 //
-// Numerics: products with S use S rounded to bf16 (as FLA/FlashInfer); T, P and Vn (in the output product)
-// are carried as hi+lo bf16 pairs (3 mma instead of 1), which an fp64 emulation showed to be the dominant
+// Numerics: products with S use S rounded to bf16 (as FLA/FlashInfer); T, P, Vn (in the output product) and
+// (v5) Z = Sᵀ Kᵀ are carried as hi+lo bf16 pairs; W is never rounded to bf16 (v5) (3 mma instead of 1), which an fp64 emulation showed to be the dominant
 // bf16 error terms (output rel-L2 3.3e-3 -> 2.2e-3, state 2.5e-3 -> 1.7e-3 on slow-decay inputs).
 // ---------------------------------------------------------------------------------------------------------
 #include "gates.cuh"
 
 // Producer warps per CTA, per variant (v4 default): BV=16, 32, 64 -> 5; BV=128 -> 4 (384 threads, <= 168 regs).
-// -DGDN_NP=n forces n (1..5) for every variant (experiments only; the runtime uses the defaults).
+// -DGDN_NP=n forces n (1..6; NP=6 fits bv16/32/64 since v5) for every variant (experiments only; the runtime uses the defaults).
 
 // Parameters of every gdn_prefill_* kernel. 8-byte fields first, then 4-byte fields; 112 bytes.
 // The Rust runtime mirrors this struct byte for byte (offsets in the comments).
@@ -81,32 +82,34 @@ template <int BV> struct Slot {
     static constexpr int LDV = BV + 8;                       // padded row stride of the V tile
     static constexpr int K_OFF = 0;                          // K  bf16 [16][136]      4352 B
     static constexpr int Q_OFF = K_OFF + TILE_KQ;            // Q  bf16 [16][136]      4352 B
-    static constexpr int W_OFF = Q_OFF + TILE_KQ;            // W  bf16 [16][136]      4352 B
-    static constexpr int V_OFF = W_OFF + TILE_KQ;            // V  bf16 [16][BV+8]     32(BV+8) B
-    static constexpr int TBH_OFF = V_OFF + C * LDV * 2;      // T diag(β) hi  bf16 [16][24]  768 B
-    static constexpr int TBL_OFF = TBH_OFF + TILE16;         // T diag(β) lo                 768 B
-    static constexpr int PH_OFF = TBL_OFF + TILE16;          // P hi  bf16 [16][24]          768 B
-    static constexpr int PL_OFF = PH_OFF + TILE16;           // P lo                         768 B
+    static constexpr int V_OFF = Q_OFF + TILE_KQ;            // V  bf16 [16][BV+8]     32(BV+8) B
+    // T tiles are stored TRANSPOSED (row c holds column c of the matrix: one producer lane's 16 values as
+    // two 16-byte stores) and read back with ldmatrix.trans, which yields the fragments of the untransposed tile.
+    static constexpr int TBH_OFF = V_OFF + C * LDV * 2;      // (T diag(β))ᵀ hi  bf16 [16][24]  768 B
+    static constexpr int TBL_OFF = TBH_OFF + TILE16;         // (T diag(β))ᵀ lo                 768 B
+    static constexpr int TGH_OFF = TBL_OFF + TILE16;         // (T diag(β e^γ))ᵀ hi             768 B
+    static constexpr int TGL_OFF = TGH_OFF + TILE16;         // (T diag(β e^γ))ᵀ lo             768 B
+    static constexpr int PH_OFF = TGL_OFF + TILE16;          // P hi  bf16 [16][24] (row-major) 768 B
+    static constexpr int PL_OFF = PH_OFF + TILE16;           // P lo                            768 B
     static constexpr int EGQ_OFF = PL_OFF + TILE16;          // scale·e^{γ_i}  f32 [16]
     static constexpr int EC_OFF = EGQ_OFF + 64;              // e^{γ_C − γ_i}  f32 [16]
     static constexpr int EGC_OFF = EC_OFF + 64;              // e^{γ_C}        f32 [1] (+ pad to 64 B)
     static constexpr int GATE_OFF = EGC_OFF + 64;            // raw a (lanes 0..15) / b (16..31) bf16 pairs, u32 [32]
-    static constexpr int BYTES = GATE_OFF + 128;             // 16448 + 32(BV+8): BV=16 17216, 32 17728, 64 18752, 128 20800
+    static constexpr int BYTES = GATE_OFF + 128;             // 13632 + 32(BV+8): BV=16 14400, 32 14912, 64 15936, 128 17984
 };
-// Per-producer scratch: A (f32 [16][16], 1024 B), T diag(β e^γ) hi/lo (bf16 [16][24], 2 x 768 B),
-// γ and β (f32 [16] each, 128 B).
+static_assert(Slot<16>::BYTES == 14400 && Slot<128>::BYTES == 17984, "slot layout");
+// Per-producer scratch: A (f32 [16][16], 1024 B), γ and β (f32 [16] each, 128 B).
 constexpr int PS_A_OFF = 0;
-constexpr int PS_TGH_OFF = 1024;
-constexpr int PS_TGL_OFF = PS_TGH_OFF + TILE16;
-constexpr int PS_GAM_OFF = PS_TGL_OFF + TILE16;
+constexpr int PS_GAM_OFF = 1024;
 constexpr int PS_BETA_OFF = PS_GAM_OFF + 64;
-constexpr int PS_BYTES = PS_BETA_OFF + 64;                   // 2688 B
+constexpr int PS_BYTES = PS_BETA_OFF + 64;                   // 1152 B
 constexpr int WS_BYTES = TILE16;                             // per-walker output staging bf16 [16][24]
 
 // Dynamic shared memory of gdn_prefill_*_bv<BV> with NP producers and R = 2·NP + 1 ring slots:
-//   R·Slot<BV>::BYTES + NP·2688 + (BV/16)·768 + 16·R   (bytes; the opt-in limit on sm_90 is 232448;
+//   R·(13632 + 32·(BV+8)) + NP·1152 + (BV/16)·768 + 16·R   (bytes; the opt-in limit on sm_90 is 232448;
 //   the last 16·R bytes are the FULL/EMPTY mbarriers).
-// Defaults (v4): BV=16 (NP 5) 203760, BV=32 (NP 5) 210160, BV=64 (NP 5) 222960, BV=128 (NP 4) 204240.
+// Defaults (v5): BV=16 (NP 5) 165104, BV=32 (NP 5) 171504, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+// (v4: R·(16448 + 32·(BV+8)) + NP·2688 + (BV/16)·768 + 16·R = 203760 / 210160 / 222960 / 204240.)
 // All > 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 template <int BV> __host__ __device__ constexpr int producers() {
 #ifdef GDN_NP
@@ -119,6 +122,8 @@ template <int NP> __host__ __device__ constexpr int ring_depth() { return 2 * NP
 template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
     return ring_depth<NP>() * Slot<BV>::BYTES + NP * PS_BYTES + (BV / 16) * WS_BYTES + 16 * ring_depth<NP>();
 }
+static_assert(smem_bytes<16, 5>() == 165104 && smem_bytes<32, 5>() == 171504 && smem_bytes<64, 5>() == 184304 &&
+                  smem_bytes<128, 4>() == 172752, "v5 launch table (mirrored by the Rust runtime)");
 
 // ------------------------------------------------------------------ PTX helpers
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
@@ -332,49 +337,19 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
                 if (i4 + 3 > j) acc[i4 + 3] = fmaf(a4.w, col[j], acc[i4 + 3]);
             }
         }
-        // Tb = T diag(β) (slot, for U) and Tg = T diag(β e^γ) (scratch, for W), hi/lo bf16, column c
-        const float bc = beta_s[c], bgc = bc * __expf(gam_s[c]);
-        __nv_bfloat16* tbh = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::TBH_OFF);
-        __nv_bfloat16* tbl = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::TBL_OFF);
-        __nv_bfloat16* tgh = reinterpret_cast<__nv_bfloat16*>(scr + PS_TGH_OFF);
-        __nv_bfloat16* tgl = reinterpret_cast<__nv_bfloat16*>(scr + PS_TGL_OFF);
-        if (lane < 16) {
+        // Tb = T diag(β) (for U, lanes 0..15) and Tg = T diag(β e^γ) (for X = Sᵀ Kᵀ Tgᵀ, lanes 16..31), hi/lo
+        // bf16, column c stored as row c of the transposed tile: two 16-byte stores per array and lane.
+        const float bc = beta_s[c];
+        const float sc = lane < 16 ? bc : bc * __expf(gam_s[c]);
+        u32 hi[8], lo[8];
 #pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                float x = col[i] * bc, y = col[i] * bgc;
-                __nv_bfloat16 xh = __float2bfloat16_rn(x), yh = __float2bfloat16_rn(y);
-                tbh[i * LDS16 + c] = xh;
-                tbl[i * LDS16 + c] = __float2bfloat16_rn(x - bf2f(xh));
-                tgh[i * LDS16 + c] = yh;
-                tgl[i * LDS16 + c] = __float2bfloat16_rn(y - bf2f(yh));
-            }
-        }
-    }
-    __syncwarp();
-    // ---- W = Tg · K (16 x 128, k-dim 16 tokens), hi + lo, stored bf16
-    {
-        const u32 lo16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;
-        u32 th[4], tl[4];
-        ldsm_x4(smem_addr(scr + PS_TGH_OFF) + lo16, th[0], th[1], th[2], th[3]);
-        ldsm_x4(smem_addr(scr + PS_TGL_OFF) + lo16, tl[0], tl[1], tl[2], tl[3]);
-        const u32 ks = smem_addr(slot + Slot<BV>::K_OFF);
-        const u32 lo = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;
-        __nv_bfloat16* ws = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::W_OFF);
-#pragma unroll
-        for (int pp = 0; pp < 8; ++pp) {
-            u32 b0, b1, b2, b3;
-            ldsm_x4_t(ks + lo + pp * 32, b0, b1, b2, b3);
-            float w0[4] = {}, w1[4] = {};
-            mma4(w0, th, b0, b1);
-            mma4(w0, tl, b0, b1);
-            mma4(w1, th, b2, b3);
-            mma4(w1, tl, b2, b3);
-            const int c0 = 16 * pp + 2 * t;
-            *reinterpret_cast<u32*>(ws + g * LDK + c0) = pack_bf16(w0[0], w0[1]);
-            *reinterpret_cast<u32*>(ws + (g + 8) * LDK + c0) = pack_bf16(w0[2], w0[3]);
-            *reinterpret_cast<u32*>(ws + g * LDK + c0 + 8) = pack_bf16(w1[0], w1[1]);
-            *reinterpret_cast<u32*>(ws + (g + 8) * LDK + c0 + 8) = pack_bf16(w1[2], w1[3]);
-        }
+        for (int m = 0; m < 8; ++m) split_bf16(col[2 * m] * sc, col[2 * m + 1] * sc, hi[m], lo[m]);
+        unsigned char* th = slot + (lane < 16 ? Slot<BV>::TBH_OFF : Slot<BV>::TGH_OFF) + c * (LDS16 * 2);
+        unsigned char* tl = slot + (lane < 16 ? Slot<BV>::TBL_OFF : Slot<BV>::TGL_OFF) + c * (LDS16 * 2);
+        reinterpret_cast<uint4*>(th)[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        reinterpret_cast<uint4*>(th)[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+        reinterpret_cast<uint4*>(tl)[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        reinterpret_cast<uint4*>(tl)[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
     }
     __syncwarp();
 }
@@ -385,7 +360,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     constexpr int BV = 16 * NW;
     constexpr int NVG = D / BV;
     constexpr int R = ring_depth<NP>();  // 2·NP + 1 slots: NP being computed, NP loading ahead, one of slack
-    static_assert(NP >= 1 && NP <= 5, "1..5 producer warps");
+    static_assert(NP >= 1 && NP <= 6, "1..6 producer warps");
     using SL = Slot<BV>;
     extern __shared__ __align__(128) unsigned char smem[];
     // mbarriers after everything else: FULL[s] (count 32: the producer warp's lanes), EMPTY[s] (count 32·NW).
@@ -460,43 +435,58 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     const u32 lo_row = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;             // K/Q/W tiles
     const u32 lo_16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;            // 16x16 tiles
     const u32 lo_vt = (u32)(((lane & 7) + 8 * (lane >> 4)) * SL::LDV + 16 * warp + 8 * ((lane >> 3) & 1)) * 2;  // Vᵀ
+    const u32 lo_tt = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDS16 + 8 * ((lane >> 3) & 1)) * 2;  // transposed 16x16
 
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c % R) * SL::BYTES;
         mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
-        const u32 ks = smem_addr(slot + SL::K_OFF), qs = smem_addr(slot + SL::Q_OFF), ws = smem_addr(slot + SL::W_OFF);
-        // ---- X = Sᵀ Wᵀ and Y = Sᵀ Qᵀ ([16 v][16 tokens], k-dim 128); two accumulator sets for short chains
-        float X[2][2][4] = {}, Y[2][2][4] = {};
+        const u32 ks = smem_addr(slot + SL::K_OFF), qs = smem_addr(slot + SL::Q_OFF);
+        // ---- Z = Sᵀ Kᵀ and Y = Sᵀ Qᵀ ([16 v][16 tokens], k-dim 128); two accumulator sets for short chains
+        float Z[2][2][4] = {}, Y[2][2][4] = {};
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
             const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
             u32 w0, w1, w2, w3, q0, q1, q2, q3;
-            ldsm_x4(ws + lo_row + s * 32, w0, w1, w2, w3);
+            ldsm_x4(ks + lo_row + s * 32, w0, w1, w2, w3);
             ldsm_x4(qs + lo_row + s * 32, q0, q1, q2, q3);
-            mma(X[s & 1][0], a0, a1, a2, a3, w0, w2);
-            mma(X[s & 1][1], a0, a1, a2, a3, w1, w3);
+            mma(Z[s & 1][0], a0, a1, a2, a3, w0, w2);
+            mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
             mma(Y[s & 1][0], a0, a1, a2, a3, q0, q2);
             mma(Y[s & 1][1], a0, a1, a2, a3, q1, q3);
         }
-        // ---- U = Vᵀ Tbᵀ (hi + lo)
-        float U[2][4] = {};
+        // ---- U = Vᵀ Tbᵀ (hi + lo) and X = Sᵀ Wᵀ = Z Tgᵀ (Z and Tg as hi + lo: 3 products), [16 v][16 tokens].
+        // (v5: W = Tg K is no longer formed by the producers nor rounded to bf16.)
+        float U[2][4] = {}, X[2][4] = {};
         {
-            u32 va[4], th[4], tl[4];
+            u32 va[4], th[4], tl[4], gh[4], gl[4], zh[4], zl[4];
             ldsm_x4_t(smem_addr(slot + SL::V_OFF) + lo_vt, va[0], va[1], va[2], va[3]);
-            ldsm_x4(smem_addr(slot + SL::TBH_OFF) + lo_16, th[0], th[1], th[2], th[3]);
-            ldsm_x4(smem_addr(slot + SL::TBL_OFF) + lo_16, tl[0], tl[1], tl[2], tl[3]);
+            ldsm_x4_t(smem_addr(slot + SL::TBH_OFF) + lo_tt, th[0], th[1], th[2], th[3]);
+            ldsm_x4_t(smem_addr(slot + SL::TBL_OFF) + lo_tt, tl[0], tl[1], tl[2], tl[3]);
+            ldsm_x4_t(smem_addr(slot + SL::TGH_OFF) + lo_tt, gh[0], gh[1], gh[2], gh[3]);
+            ldsm_x4_t(smem_addr(slot + SL::TGL_OFF) + lo_tt, gl[0], gl[1], gl[2], gl[3]);
             mma4(U[0], va, th[0], th[2]);
-            mma4(U[0], va, tl[0], tl[2]);
             mma4(U[1], va, th[1], th[3]);
+            // Z accumulator [nt][r] -> A fragment (k = tokens): a0 (g, 2t..) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+            split_bf16(Z[0][0][0] + Z[1][0][0], Z[0][0][1] + Z[1][0][1], zh[0], zl[0]);
+            split_bf16(Z[0][0][2] + Z[1][0][2], Z[0][0][3] + Z[1][0][3], zh[1], zl[1]);
+            split_bf16(Z[0][1][0] + Z[1][1][0], Z[0][1][1] + Z[1][1][1], zh[2], zl[2]);
+            split_bf16(Z[0][1][2] + Z[1][1][2], Z[0][1][3] + Z[1][1][3], zh[3], zl[3]);
+            mma4(U[0], va, tl[0], tl[2]);
             mma4(U[1], va, tl[1], tl[3]);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                mma4(X[nt], zh, gh[nt], gh[nt + 2]);
+                mma4(X[nt], zl, gh[nt], gh[nt + 2]);
+                mma4(X[nt], zh, gl[nt], gl[nt + 2]);
+            }
         }
         // ---- Vn = U − X (f32), [16 v][16 tokens]
         float Vn[2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) Vn[nt][r] = U[nt][r] - (X[0][nt][r] + X[1][nt][r]);
+            for (int r = 0; r < 4; ++r) Vn[nt][r] = U[nt][r] - X[nt][r];
         // ---- state update: S ← e^{γ_C} S + (Vn ⊙ e^{γ_C − γ_j}) K   (the sequential chain)
         {
             const float* ec = reinterpret_cast<const float*>(slot + SL::EC_OFF);
@@ -578,8 +568,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 //   grid  = (N · HV · (128 / BV), 1, 1)
 //   block = (32 · (BV/16 + NP), 1, 1) with NP = 5 for BV = 16, 32, 64 and NP = 4 for BV = 128:
 //           bv16 192, bv32 224, bv64 288, bv128 384 threads
-//   dynamic shared memory = gdn_prefill::smem_bytes<BV, NP>(): bv16 203760, bv32 210160, bv64 222960,
-//           bv128 204240 bytes (see the table above; needs the
+//   dynamic shared memory = gdn_prefill::smem_bytes<BV, NP>() (v5): bv16 165104, bv32 171504, bv64 184304,
+//           bv128 172752 bytes (see the table above; needs the
 //   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES attribute raised, all variants exceed 48 KB).
 // ---------------------------------------------------------------------------------------------------------
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \

@@ -2,7 +2,7 @@
 
 Run on the GPU machine from the repository root:
     PYTHONUNBUFFERED=1 [NP_SWEEP=3,4,5] python3 crates/gdn-cuda/kernels/harness/prefill_harness.py [check] [time] [sweep] [small] [prof]
-  NP_SWEEP   also compile modules with -DGDN_NP=n (every variant forced to n producers) and check/time them.
+  NP_SWEEP   also compile modules with -DGDN_NP=n (n = 1..6; every variant forced to n producers) and check/time them.
   prof       three launches of one case for ncu/compute-sanitizer (PROF_CFG=NxLEN, default 1x1024; PROF_BV=16),
              compiled with -lineinfo; writes no JSON. Example (what produced the v4 profile):
              ncu --clock-control none --kernel-name regex:gdn_prefill --launch-skip 2 --launch-count 1 \
@@ -62,8 +62,8 @@ def _ok(r, what):
     return r[1] if len(r) == 2 else r[1:]
 
 
-def slot_bytes(bv):
-    return 3 * 4352 + 32 * (bv + 8) + 4 * 768 + 192 + 128
+def slot_bytes(bv):  # v5: K, Q (no W), V, Tb/Tg hi/lo (transposed), P hi/lo, e-vectors, gates
+    return 2 * 4352 + 32 * (bv + 8) + 6 * 768 + 192 + 128  # = 13632 + 32(BV+8)
 
 
 NP_DEFAULT = {16: 5, 32: 5, 64: 5, 128: 4}  # prefill.cu producers<BV>() without -DGDN_NP
@@ -75,7 +75,7 @@ def np_of(bv, forced):
 
 def smem_bytes(bv, np_):  # ring of R = 2·NP + 1 slots, per-producer scratch, walker staging, 2·R mbarriers
     r = 2 * np_ + 1
-    return r * slot_bytes(bv) + np_ * 2688 + (bv // 16) * 768 + 16 * r
+    return r * slot_bytes(bv) + np_ * 1152 + (bv // 16) * 768 + 16 * r  # v5 scratch 1152 (v4 2688)
 
 
 SMEM_MAX = 232448  # sm_90 opt-in dynamic shared memory per block
