@@ -1,5 +1,22 @@
-//! Float64 reference (OWNER: helper-core-numerics). Stub signatures; to be implemented.
-use crate::problem::{Inputs, Problem};
+//! Float64 reference of the three GDN operations, written from the definitions' math (GDN.md §1), and the
+//! chunked WY/UT form of the same recurrence (GDN.md §2) — the algorithm the GPU prefill uses — in float64.
+//!
+//! Both share [`plan`]: which tokens each sequence owns and which state rows it reads and writes. Gates are
+//! computed in f64 from the bf16/f32 inputs (softplus with torch's threshold 20); the state and the output
+//! stay f64 (the output is not rounded to bf16 here: the comparison sees the exact value).
+//!
+//! Semantics (the definitions' reference code, plus gdn's serving extension):
+//! - decode / prefill: sequence n reads state row n (zeros when the state is absent) and writes
+//!   `new_state` row n; a zero-length prefill sequence is skipped, so its `new_state` row stays zero.
+//! - MTP: request b reads pool row `initial_state_indices[b]`; `final_state` starts as a copy of the pool.
+//!   In [`MtpMode::Serving`] the request's final state is written back to its row and index -1 is padding
+//!   (output rows zero, nothing read or written); in [`MtpMode::Definition`] the pool copy is left as is.
+//!   The intermediate buffer starts as the caller's buffer; row `idx[b]`, token t gets the state after t.
+
+use crate::definition::Op;
+use crate::problem::{Inputs, MtpMode, Problem, StateRef};
+use rayon::prelude::*;
+use std::ops::Range;
 
 /// Reference outputs in float64, same layouts as [`crate::Outputs`].
 #[derive(Clone, Debug)]
@@ -9,7 +26,373 @@ pub struct RefOutputs {
     pub intermediate: Option<Vec<f64>>,
 }
 
+/// One sequence's work: its tokens and the state rows it reads and writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeqPlan {
+    /// Rows of q/k/v (and of `output`) this sequence owns.
+    pub tokens: Range<usize>,
+    /// State input row read as the initial state (`None`: zeros).
+    pub read_row: Option<usize>,
+    /// State output row that receives the final state (`None`: not written).
+    pub write_row: Option<usize>,
+    /// MTP: row of the intermediate buffer that receives the state after each token.
+    pub inter_row: Option<usize>,
+    /// Serving-mode padding (index -1): output rows zero, nothing read or written.
+    pub padding: bool,
+}
+
+/// The per-sequence work of a validated problem, in sequence order.
+pub fn plan(p: &Problem, x: &Inputs) -> Vec<SeqPlan> {
+    let cu = &x.cu_seqlens;
+    let has_state = x.state.is_some();
+    (0..p.dims.num_seqs)
+        .map(|n| {
+            let tokens = cu[n] as usize..cu[n + 1] as usize;
+            match p.def.op {
+                Op::Decode | Op::Prefill => SeqPlan {
+                    read_row: has_state.then_some(n),
+                    write_row: (!tokens.is_empty()).then_some(n),
+                    inter_row: None,
+                    padding: false,
+                    tokens,
+                },
+                Op::Mtp => {
+                    let idx = x.state_indices.expect("validated MTP has indices")[n];
+                    let row = (idx >= 0).then_some(idx as usize);
+                    SeqPlan {
+                        read_row: row,
+                        write_row: row.filter(|_| p.mtp_mode == MtpMode::Serving),
+                        inter_row: row.filter(|_| p.intermediate),
+                        padding: row.is_none(),
+                        tokens,
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+/// Log of the decay gate, `-exp(A_log) * softplus(a + dt_bias)`, and the update gate `sigmoid(b)`, in f64.
+pub fn gates_f64(x: &Inputs, hv: usize, t: usize, h: usize) -> (f64, f64) {
+    let arg = x.a[t * hv + h].to_f64() + x.dt_bias[h] as f64;
+    let log_g = -(x.a_log[h] as f64).exp() * softplus(arg);
+    let beta = 1.0 / (1.0 + (-x.b[t * hv + h].to_f64()).exp());
+    (log_g, beta)
+}
+
+/// torch's softplus (beta 1, threshold 20): `x` above the threshold, `log1p(exp(x))` otherwise.
+pub fn softplus(x: f64) -> f64 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
 /// Token-by-token recurrence in float64, exactly the definitions' semantics.
-pub fn run(_p: &Problem, _x: &Inputs) -> RefOutputs {
-    todo!()
+pub fn run(p: &Problem, x: &Inputs) -> RefOutputs {
+    run_with(p, x, recurrent_head)
+}
+
+/// The chunked WY/UT form (GDN.md §2) in float64, chunks of `chunk` tokens; equals [`run`] to rounding.
+pub fn run_chunked(p: &Problem, x: &Inputs, chunk: usize) -> RefOutputs {
+    assert!(chunk > 0, "chunk size must be positive");
+    run_with(p, x, |c, s, h| chunked_head(c, s, h, chunk))
+}
+
+/// What one (sequence, value head) produces.
+struct HeadResult {
+    /// `[len, D]` outputs.
+    out: Vec<f64>,
+    /// `[V, K]` final state.
+    state: Vec<f64>,
+    /// `[len, V, K]` state after each token (only when the sequence has an intermediate row).
+    inter: Vec<f64>,
+}
+
+/// Shared read-only context of a reference run.
+struct Ctx<'a> {
+    x: &'a Inputs<'a>,
+    d: usize,
+    hq: usize,
+    hv: usize,
+    ratio: usize,
+    scale: f64,
+}
+
+impl Ctx<'_> {
+    fn q(&self, t: usize, h: usize) -> Vec<f64> {
+        let off = (t * self.hq + h / self.ratio) * self.d;
+        self.x.q[off..off + self.d]
+            .iter()
+            .map(|e| e.to_f64())
+            .collect()
+    }
+    fn k(&self, t: usize, h: usize) -> Vec<f64> {
+        let off = (t * self.hq + h / self.ratio) * self.d;
+        self.x.k[off..off + self.d]
+            .iter()
+            .map(|e| e.to_f64())
+            .collect()
+    }
+    fn v(&self, t: usize, h: usize) -> Vec<f64> {
+        let off = (t * self.hv + h) * self.d;
+        self.x.v[off..off + self.d]
+            .iter()
+            .map(|e| e.to_f64())
+            .collect()
+    }
+    /// The `[V, K]` initial state of head `h` for a sequence.
+    fn initial_state(&self, s: &SeqPlan, h: usize) -> Vec<f64> {
+        let dd = self.d * self.d;
+        match (s.read_row, self.x.state) {
+            (Some(r), Some(st)) => {
+                let off = (r * self.hv + h) * dd;
+                state_slice_f64(st, off..off + dd)
+            }
+            _ => vec![0.0; dd],
+        }
+    }
+}
+
+fn state_slice_f64(st: StateRef, range: Range<usize>) -> Vec<f64> {
+    match st {
+        StateRef::F32(v) => v[range].iter().map(|&e| e as f64).collect(),
+        StateRef::BF16(v) => v[range].iter().map(|e| e.to_f64()).collect(),
+    }
+}
+
+/// Runs `head` for every (sequence, value head) in parallel and assembles the outputs.
+fn run_with<F>(p: &Problem, x: &Inputs, head: F) -> RefOutputs
+where
+    F: Fn(&Ctx, &SeqPlan, usize) -> HeadResult + Sync,
+{
+    let h = &p.def.heads;
+    let c = Ctx {
+        x,
+        d: h.head_size,
+        hq: h.num_q_heads,
+        hv: h.num_v_heads,
+        ratio: h.ratio(),
+        scale: p.scale as f64,
+    };
+    let seqs = plan(p, x);
+    let jobs: Vec<(usize, usize)> = (0..seqs.len())
+        .filter(|&n| !seqs[n].padding && !seqs[n].tokens.is_empty())
+        .flat_map(|n| (0..c.hv).map(move |hh| (n, hh)))
+        .collect();
+    let results: Vec<HeadResult> = jobs
+        .par_iter()
+        .map(|&(n, hh)| head(&c, &seqs[n], hh))
+        .collect();
+
+    let mut r = empty_outputs(p, x);
+    let (d, dd, hv) = (c.d, c.d * c.d, c.hv);
+    for (&(n, hh), res) in jobs.iter().zip(&results) {
+        let s = &seqs[n];
+        for (i, t) in s.tokens.clone().enumerate() {
+            let off = (t * hv + hh) * d;
+            r.output[off..off + d].copy_from_slice(&res.out[i * d..(i + 1) * d]);
+        }
+        if let Some(w) = s.write_row {
+            let off = (w * hv + hh) * dd;
+            r.state[off..off + dd].copy_from_slice(&res.state);
+        }
+        if let (Some(ir), Some(buf)) = (s.inter_row, r.intermediate.as_mut()) {
+            let t_len = p.dims.seq_len;
+            for i in 0..s.tokens.len() {
+                let off = ((ir * t_len + i) * hv + hh) * dd;
+                buf[off..off + dd].copy_from_slice(&res.inter[i * dd..(i + 1) * dd]);
+            }
+        }
+    }
+    r
+}
+
+/// Outputs before any sequence runs: output zeros; state zeros (decode, prefill) or the pool (MTP);
+/// the intermediate buffer as the caller gave it.
+fn empty_outputs(p: &Problem, x: &Inputs) -> RefOutputs {
+    let n_state: usize = p.state_shape().iter().product();
+    let state = match (p.def.op, x.state) {
+        (Op::Mtp, Some(st)) => state_slice_f64(st, 0..n_state),
+        _ => vec![0.0; n_state],
+    };
+    RefOutputs {
+        output: vec![0.0; p.output_shape().iter().product()],
+        state,
+        intermediate: x
+            .intermediate
+            .map(|b| b.iter().map(|&e| e as f64).collect()),
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The recurrence of GDN.md §1, token by token, for one (sequence, value head).
+fn recurrent_head(c: &Ctx, s: &SeqPlan, h: usize) -> HeadResult {
+    let d = c.d;
+    let mut st = c.initial_state(s, h);
+    let mut out = Vec::with_capacity(s.tokens.len() * d);
+    let mut inter = Vec::new();
+    for t in s.tokens.clone() {
+        let (log_g, beta) = gates_f64(c.x, c.hv, t, h);
+        let g = log_g.exp();
+        let (q, k, v) = (c.q(t, h), c.k(t, h), c.v(t, h));
+        for (row, &v_row) in st.chunks_exact_mut(d).zip(&v) {
+            row.iter_mut().for_each(|e| *e *= g);
+            let delta = beta * (v_row - dot(row, &k));
+            row.iter_mut().zip(&k).for_each(|(e, &kk)| *e += delta * kk);
+            out.push(c.scale * dot(row, &q));
+        }
+        if s.inter_row.is_some() {
+            inter.extend_from_slice(&st);
+        }
+    }
+    HeadResult {
+        out,
+        state: st,
+        inter,
+    }
+}
+
+/// One chunk's token data, gathered in f64.
+struct Chunk {
+    q: Vec<Vec<f64>>,
+    k: Vec<Vec<f64>>,
+    v: Vec<Vec<f64>>,
+    beta: Vec<f64>,
+    /// Cumulative log decay within the chunk, `γ_i = Σ_{j≤i} log g_j` (non-positive, non-increasing).
+    gamma: Vec<f64>,
+}
+
+fn gather_chunk(c: &Ctx, h: usize, tokens: Range<usize>) -> Chunk {
+    let mut ch = Chunk {
+        q: Vec::new(),
+        k: Vec::new(),
+        v: Vec::new(),
+        beta: Vec::new(),
+        gamma: Vec::new(),
+    };
+    let mut acc = 0.0;
+    for t in tokens {
+        let (log_g, beta) = gates_f64(c.x, c.hv, t, h);
+        acc += log_g;
+        ch.q.push(c.q(t, h));
+        ch.k.push(c.k(t, h));
+        ch.v.push(c.v(t, h));
+        ch.beta.push(beta);
+        ch.gamma.push(acc);
+    }
+    ch
+}
+
+/// Solves `(I + A) Y = X` row by row (forward substitution); `A` strictly lower triangular, rows of X.
+#[allow(clippy::needless_range_loop)] // indices mirror the formulas
+fn forward_substitute(a: &[Vec<f64>], mut x: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
+    for i in 0..x.len() {
+        for j in 0..i {
+            let aij = a[i][j];
+            if aij != 0.0 {
+                let (done, rest) = x.split_at_mut(i);
+                rest[0]
+                    .iter_mut()
+                    .zip(&done[j])
+                    .for_each(|(e, &y)| *e -= aij * y);
+            }
+        }
+    }
+    x
+}
+
+/// The chunked WY/UT form of GDN.md §2 for one (sequence, value head), state kept `[V, K]`.
+fn chunked_head(c: &Ctx, s: &SeqPlan, h: usize, chunk: usize) -> HeadResult {
+    let d = c.d;
+    let mut st = c.initial_state(s, h);
+    let mut out = Vec::with_capacity(s.tokens.len() * d);
+    let mut inter = Vec::new();
+    let mut start = s.tokens.start;
+    while start < s.tokens.end {
+        let end = (start + chunk).min(s.tokens.end);
+        let ch = gather_chunk(c, h, start..end);
+        let vn = corrected_values(&ch, &st, d);
+        chunk_outputs(c, &ch, &st, &vn, &mut out);
+        if s.inter_row.is_some() {
+            for i in 0..ch.k.len() {
+                inter.extend_from_slice(&state_at(&ch, &st, &vn, i, d));
+            }
+        }
+        st = state_at(&ch, &st, &vn, ch.k.len() - 1, d);
+        start = end;
+    }
+    HeadResult {
+        out,
+        state: st,
+        inter,
+    }
+}
+
+/// `Vn = U − W·S` with `W = T·diag(β e^γ)·K`, `U = T·diag(β)·V`, `T = (I + A)⁻¹`,
+/// `A_ij = β_i (k_i·k_j) e^{γ_i−γ_j}` for j < i.
+fn corrected_values(ch: &Chunk, st: &[f64], d: usize) -> Vec<Vec<f64>> {
+    let n = ch.k.len();
+    let a: Vec<Vec<f64>> = (0..n)
+        .map(|i| {
+            (0..i)
+                .map(|j| ch.beta[i] * dot(&ch.k[i], &ch.k[j]) * (ch.gamma[i] - ch.gamma[j]).exp())
+                .collect()
+        })
+        .collect();
+    let scaled = |rows: &[Vec<f64>], f: &dyn Fn(usize) -> f64| -> Vec<Vec<f64>> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| r.iter().map(|&e| f(i) * e).collect())
+            .collect()
+    };
+    let w = forward_substitute(&a, scaled(&ch.k, &|i| ch.beta[i] * ch.gamma[i].exp()));
+    let u = forward_substitute(&a, scaled(&ch.v, &|i| ch.beta[i]));
+    u.into_iter()
+        .zip(&w)
+        .map(|(mut ui, wi)| {
+            for (e, srow) in ui.iter_mut().zip(st.chunks_exact(d)) {
+                *e -= dot(wi, srow);
+            }
+            ui
+        })
+        .collect()
+}
+
+/// `O_i = scale·(e^{γ_i} q_i·S + Σ_{j≤i} (q_i·k_j) e^{γ_i−γ_j} Vn_j)`, appended to `out`.
+#[allow(clippy::needless_range_loop)] // indices mirror the formulas
+fn chunk_outputs(c: &Ctx, ch: &Chunk, st: &[f64], vn: &[Vec<f64>], out: &mut Vec<f64>) {
+    for i in 0..ch.q.len() {
+        let decay = ch.gamma[i].exp();
+        let mut o: Vec<f64> = st
+            .chunks_exact(c.d)
+            .map(|srow| decay * dot(&ch.q[i], srow))
+            .collect();
+        for j in 0..=i {
+            let w = dot(&ch.q[i], &ch.k[j]) * (ch.gamma[i] - ch.gamma[j]).exp();
+            o.iter_mut().zip(&vn[j]).for_each(|(e, &x)| *e += w * x);
+        }
+        out.extend(o.iter().map(|e| c.scale * e));
+    }
+}
+
+/// The `[V, K]` state after chunk token `i`: `e^{γ_i} S + Σ_{j≤i} e^{γ_i−γ_j} Vn_j ⊗ k_j`.
+#[allow(clippy::needless_range_loop)] // indices mirror the formulas
+fn state_at(ch: &Chunk, st: &[f64], vn: &[Vec<f64>], i: usize, d: usize) -> Vec<f64> {
+    let decay = ch.gamma[i].exp();
+    let mut next: Vec<f64> = st.iter().map(|&e| decay * e).collect();
+    for j in 0..=i {
+        let w = (ch.gamma[i] - ch.gamma[j]).exp();
+        for (row, &vj) in next.chunks_exact_mut(d).zip(&vn[j]) {
+            let coef = w * vj;
+            row.iter_mut()
+                .zip(&ch.k[j])
+                .for_each(|(e, &kk)| *e += coef * kk);
+        }
+    }
+    next
 }

@@ -1,0 +1,205 @@
+//! Input validation: every class of bad input is rejected before any backend work, with the error variant
+//! that fits and the name of the offending tensor.
+
+use gdn_core::workload::{generate, WorkloadSpec};
+use gdn_core::{Data, Definition, GdnError, Heads, MtpMode, Problem, Tensor, TensorMap};
+
+fn heads() -> Heads {
+    Heads::new(2, 4, 64).unwrap()
+}
+
+fn validate(spec: &WorkloadSpec, t: &TensorMap) -> Result<Problem, GdnError> {
+    Problem::from_tensors(&spec.definition(), t, &spec.options())
+}
+
+/// The tensor an error names.
+fn tensor(e: &GdnError) -> &str {
+    match e {
+        GdnError::Missing { tensor }
+        | GdnError::DType { tensor, .. }
+        | GdnError::Shape { tensor, .. }
+        | GdnError::Value { tensor, .. } => tensor,
+        other => panic!("not a tensor error: {other}"),
+    }
+}
+
+fn replace(t: &mut TensorMap, name: &str, new: Tensor) {
+    t.insert(name.into(), new);
+}
+
+fn zeros_like(t: &TensorMap, name: &str, shape: Vec<usize>) -> Tensor {
+    Tensor::zeros(t[name].dtype(), shape)
+}
+
+#[test]
+fn valid_workloads_pass() {
+    for spec in [
+        WorkloadSpec::decode(heads(), 3),
+        WorkloadSpec::prefill(heads(), &[2, 0, 5]),
+        WorkloadSpec::mtp(heads(), 3, 4),
+    ] {
+        validate(&spec, &generate(&spec, 1)).unwrap();
+    }
+}
+
+#[test]
+fn missing_tensor() {
+    let spec = WorkloadSpec::decode(heads(), 2);
+    let mut t = generate(&spec, 1);
+    t.remove("k");
+    let e = validate(&spec, &t).unwrap_err();
+    assert!(
+        matches!(e, GdnError::Missing { .. }) && tensor(&e) == "k",
+        "{e}"
+    );
+    // The optional state may be absent; scale too (default).
+    let mut t = generate(&spec, 1);
+    t.remove("state");
+    t.remove("scale");
+    validate(&spec, &t).unwrap();
+}
+
+#[test]
+fn wrong_dtype() {
+    let spec = WorkloadSpec::decode(heads(), 2);
+    let mut t = generate(&spec, 1);
+    let a_log = Tensor::zeros(gdn_core::DType::BF16, t["A_log"].shape.clone());
+    replace(&mut t, "A_log", a_log);
+    let e = validate(&spec, &t).unwrap_err();
+    assert!(
+        matches!(e, GdnError::DType { .. }) && tensor(&e) == "A_log",
+        "{e}"
+    );
+}
+
+#[test]
+fn wrong_rank_and_wrong_dim() {
+    let spec = WorkloadSpec::decode(heads(), 2);
+    let mut t = generate(&spec, 1);
+    let q = zeros_like(&t, "q", vec![2, 2, 64]);
+    replace(&mut t, "q", q);
+    let e = validate(&spec, &t).unwrap_err();
+    assert!(
+        matches!(e, GdnError::Shape { .. }) && tensor(&e) == "q",
+        "{e}"
+    );
+
+    let mut t = generate(&spec, 1);
+    let v = zeros_like(&t, "v", vec![2, 1, 4, 128]);
+    replace(&mut t, "v", v);
+    let e = validate(&spec, &t).unwrap_err();
+    assert!(
+        matches!(e, GdnError::Shape { .. }) && tensor(&e) == "v",
+        "{e}"
+    );
+}
+
+#[test]
+fn batch_disagreement() {
+    let spec = WorkloadSpec::decode(heads(), 2);
+    let mut t = generate(&spec, 1);
+    let b = zeros_like(&t, "b", vec![3, 1, 4]);
+    replace(&mut t, "b", b);
+    let e = validate(&spec, &t).unwrap_err();
+    assert!(
+        matches!(e, GdnError::Shape { .. }) && tensor(&e) == "b",
+        "{e}"
+    );
+}
+
+fn with_cu(cu: Vec<i64>) -> Result<Problem, GdnError> {
+    let spec = WorkloadSpec::prefill(heads(), &[2, 3]);
+    let mut t = generate(&spec, 1);
+    if cu.len() != 3 {
+        t.remove("state"); // the state's row count would disagree first
+    }
+    t.insert(
+        "cu_seqlens".into(),
+        Tensor::new(vec![cu.len()], Data::I64(cu)),
+    );
+    validate(&spec, &t)
+}
+
+#[test]
+fn bad_cu_seqlens() {
+    for cu in [
+        vec![1, 2, 5],
+        vec![0, 4, 3],
+        vec![0, 2, 4],
+        vec![0, 2, 6],
+        vec![],
+    ] {
+        let e = with_cu(cu.clone()).unwrap_err();
+        assert_eq!(tensor(&e), "cu_seqlens", "{cu:?}: {e}");
+    }
+    with_cu(vec![0, 2, 5]).unwrap();
+    with_cu(vec![0, 0, 5, 5]).unwrap();
+}
+
+fn mtp_with(idx: Vec<i32>, mode: MtpMode, intermediate: bool) -> Result<Problem, GdnError> {
+    let mut spec = WorkloadSpec::mtp(heads(), 3, 2);
+    spec.pool_size = 4;
+    spec.mtp_mode = mode;
+    spec.intermediate = intermediate;
+    let mut t = generate(&spec, 1);
+    t.insert(
+        "initial_state_indices".into(),
+        Tensor::new(vec![3], Data::I32(idx)),
+    );
+    validate(&spec, &t)
+}
+
+#[test]
+fn bad_pool_indices() {
+    use MtpMode::*;
+    let name = "initial_state_indices";
+    let e = mtp_with(vec![0, 4, 1], Definition, false).unwrap_err();
+    assert!(
+        matches!(e, GdnError::Value { .. }) && tensor(&e) == name,
+        "{e}"
+    );
+    let e = mtp_with(vec![0, -1, 1], Definition, false).unwrap_err();
+    assert!(
+        matches!(e, GdnError::Value { .. }) && tensor(&e) == name,
+        "{e}"
+    );
+    let e = mtp_with(vec![0, -2, 1], Serving, false).unwrap_err();
+    assert_eq!(tensor(&e), name);
+    let e = mtp_with(vec![1, 1, 2], Definition, true).unwrap_err();
+    assert!(
+        matches!(e, GdnError::Value { .. }) && tensor(&e) == name,
+        "{e}"
+    );
+    let e = mtp_with(vec![1, 1, 2], Serving, false).unwrap_err();
+    assert_eq!(tensor(&e), name);
+    // Allowed: -1 padding in serving mode, duplicates when nothing is written per row.
+    mtp_with(vec![0, -1, 3], Serving, true).unwrap();
+    mtp_with(vec![1, 1, 2], Definition, false).unwrap();
+}
+
+#[test]
+fn non_finite_scale() {
+    let spec = WorkloadSpec::decode(heads(), 2);
+    for s in [f32::NAN, f32::INFINITY] {
+        let mut t = generate(&spec, 1);
+        t.insert("scale".into(), Tensor::scalar_f32(s));
+        let e = validate(&spec, &t).unwrap_err();
+        assert!(
+            matches!(e, GdnError::Value { .. }) && tensor(&e) == "scale",
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn unknown_definition_name() {
+    for name in [
+        "gdn_decode_qk4_v6_d128_k_last",
+        "gdn_verify_qk4_v8_d128_k_last",
+        "mamba",
+    ] {
+        let e = Definition::builtin(name).unwrap_err();
+        assert!(matches!(e, GdnError::Definition { .. }), "{name}: {e}");
+        assert!(e.to_string().contains(name));
+    }
+}
