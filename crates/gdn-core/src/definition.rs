@@ -72,7 +72,7 @@ impl Heads {
         if self.num_k_heads != self.num_q_heads {
             return bad("num_k_heads must equal num_q_heads");
         }
-        if self.num_v_heads % self.num_q_heads != 0 {
+        if !self.num_v_heads.is_multiple_of(self.num_q_heads) {
             return bad("num_v_heads must be a multiple of num_q_heads");
         }
         if self.head_size != 128 && self.head_size != 64 {

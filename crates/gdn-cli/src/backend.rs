@@ -1,0 +1,73 @@
+//! Backend selection for every subcommand: `cpu`, `cuda`, or `auto` (cuda when `gdn_cuda::open()` succeeds,
+//! else cpu). The chosen engine is one value that both runs ([`Backend`]) and times itself ([`Timed`]).
+
+use clap::ValueEnum;
+use gdn_core::cpu::CpuBackend;
+use gdn_core::{Backend, Inputs, Outputs, Problem, Result, TierSamples, Timed, TimingConfig};
+
+/// What `--backend` asks for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Choice {
+    Cpu,
+    Cuda,
+    Auto,
+}
+
+/// An opened backend.
+pub enum Engine {
+    Cpu(CpuBackend),
+    Cuda(Box<dyn gdn_cuda::CudaLike>),
+}
+
+impl Engine {
+    /// Opens the requested backend; `cuda` without a usable GPU is an error saying why.
+    pub fn open(choice: Choice) -> Result<Engine> {
+        match choice {
+            Choice::Cpu => Ok(Engine::Cpu(CpuBackend)),
+            Choice::Cuda => gdn_cuda::open().map(Engine::Cuda),
+            Choice::Auto => Ok(gdn_cuda::open()
+                .map(Engine::Cuda)
+                .unwrap_or_else(|_| Engine::Cpu(CpuBackend))),
+        }
+    }
+
+    pub fn is_cpu(&self) -> bool {
+        matches!(self, Engine::Cpu(_))
+    }
+}
+
+impl Backend for Engine {
+    fn name(&self) -> String {
+        match self {
+            Engine::Cpu(b) => b.name(),
+            Engine::Cuda(b) => b.name(),
+        }
+    }
+    fn run(&self, p: &Problem, x: &Inputs, out: &mut Outputs) -> Result<()> {
+        match self {
+            Engine::Cpu(b) => b.run(p, x, out),
+            Engine::Cuda(b) => b.run(p, x, out),
+        }
+    }
+}
+
+impl Timed for Engine {
+    fn time(&self, p: &Problem, inputs: &[Inputs], cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
+        match self {
+            Engine::Cpu(b) => b.time(p, inputs, cfg),
+            Engine::Cuda(b) => b.time(p, inputs, cfg),
+        }
+    }
+    fn time_copy(&self, bytes: u64, cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
+        match self {
+            Engine::Cpu(b) => b.time_copy(bytes, cfg),
+            Engine::Cuda(b) => b.time_copy(bytes, cfg),
+        }
+    }
+    fn device(&self) -> String {
+        match self {
+            Engine::Cpu(b) => b.device(),
+            Engine::Cuda(b) => b.device(),
+        }
+    }
+}

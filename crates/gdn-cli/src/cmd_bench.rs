@@ -1,0 +1,526 @@
+//! `gdn bench`: for every workload class, correctness first (backend vs the float64 reference, contest
+//! tolerance; a failing class is not timed), then latency per timing tier over rotating input sets, then the
+//! copy floor for the same byte count. Prints one table per class and optionally writes everything as JSON
+//! (schema `gdn-bench/1`, documented in the README).
+
+use crate::backend::{Choice, Engine};
+use crate::bench_classes::{self as classes, Class, Scope};
+use crate::cmd_check::OpFilter;
+use crate::table::{new_table, num, progress, quantile, sci, si};
+use crate::verify::{verify, Verdict};
+use anyhow::{bail, Context, Result};
+use gdn_core::workload::{generate, WorkloadSpec};
+use gdn_core::{Backend, Heads, Outputs, Problem, TierSamples, Timed, TimingConfig};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: Choice,
+    #[arg(long, value_enum, default_value = "all")]
+    op: OpFilter,
+    /// Head configuration `qk{H}_v{HV}` (head size 128).
+    #[arg(long, default_value = "qk4_v8")]
+    heads: String,
+    /// Timed calls per workload (at most; on cpu also capped by a per-workload time budget).
+    #[arg(long)]
+    iters: Option<usize>,
+    /// Input sets cycled between calls (>= 2, so nothing can be served from a cache).
+    #[arg(long, default_value_t = 2)]
+    input_sets: usize,
+    /// Seed of the generated inputs and of the contest-like prefill mix.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write all results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// A smoke run: a few small workloads per class, few iterations.
+    #[arg(long)]
+    quick: bool,
+    /// Also run the configurations too large for a default cpu run.
+    #[arg(long)]
+    full: bool,
+}
+
+/// Statistics of one tier of one workload, with its roofline numbers.
+#[derive(Serialize)]
+struct TierStat {
+    tier: String,
+    n: usize,
+    median_us: f64,
+    p10_us: f64,
+    p90_us: f64,
+    mean_us: f64,
+    min_us: f64,
+    tokens_per_s: f64,
+    gb_per_s: f64,
+    /// Median of the copy floor in the same tier (or the first copy tier) for `min_bytes`.
+    copy_median_us: f64,
+    copy_gb_per_s: f64,
+    /// copy_median_us / median_us × 100: the fraction of the measured copy bandwidth reached.
+    pct_of_copy: f64,
+    samples_us: Vec<f64>,
+}
+
+#[derive(Serialize)]
+struct CopyStat {
+    tier: String,
+    n: usize,
+    median_us: f64,
+    p10_us: f64,
+    p90_us: f64,
+}
+
+#[derive(Serialize)]
+struct WorkloadResult {
+    label: String,
+    /// Workloads of this shape in the class (mixes).
+    count: usize,
+    batch: usize,
+    seq_len: usize,
+    tokens: usize,
+    min_bytes: u64,
+    iters: usize,
+    tiers: Vec<TierStat>,
+    copy: Vec<CopyStat>,
+}
+
+/// Count-weighted sums over workloads, per tier (the score of a mix).
+#[derive(Clone, Serialize)]
+struct TotalStat {
+    tier: String,
+    workloads: usize,
+    tokens: usize,
+    sum_median_us: f64,
+    tokens_per_s: f64,
+    gb_per_s: f64,
+    sum_copy_median_us: f64,
+    pct_of_copy: f64,
+}
+
+#[derive(Serialize)]
+struct CheckResult {
+    workload: String,
+    stand_in: Option<String>,
+    #[serde(flatten)]
+    verdict: Verdict,
+}
+
+#[derive(Serialize)]
+struct ClassResult {
+    name: String,
+    op: String,
+    mix: bool,
+    check: CheckResult,
+    skipped: Vec<String>,
+    workloads: Vec<WorkloadResult>,
+    total: Option<Vec<TotalStat>>,
+}
+
+/// Per-call budget and iteration counts for the backend kind.
+struct Plan {
+    cfg: TimingConfig,
+    /// cpu: stop adding iterations past this many seconds per workload.
+    budget_s: Option<f64>,
+}
+
+/// Parses `qk{H}_v{HV}` (optionally `_d128`) into a head configuration.
+pub fn parse_heads(s: &str) -> Result<Heads> {
+    let bad = || anyhow::anyhow!("--heads '{s}': expected qk{{H}}_v{{HV}}, e.g. qk4_v8");
+    let (h, hv) = s
+        .strip_prefix("qk")
+        .and_then(|r| r.split_once("_v"))
+        .ok_or_else(bad)?;
+    let hv = hv.strip_suffix("_d128").unwrap_or(hv);
+    Ok(Heads::new(
+        h.parse().map_err(|_| bad())?,
+        hv.parse().map_err(|_| bad())?,
+        128,
+    )?)
+}
+
+pub fn main(a: Args) -> Result<()> {
+    if a.input_sets < 2 {
+        bail!("--input-sets must be at least 2 (so no result can be served from a cache)");
+    }
+    let heads = parse_heads(&a.heads)?;
+    let engine = Engine::open(a.backend)?;
+    let cpu = engine.is_cpu();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let plan = Plan {
+        cfg: TimingConfig {
+            warmup: if cpu { 1 } else { 10 },
+            iters: a.iters.unwrap_or(match (cpu, a.quick) {
+                (true, true) => 3,
+                (true, false) => 30,
+                (false, true) => 20,
+                (false, false) => 100,
+            }),
+            input_sets: a.input_sets,
+        },
+        budget_s: cpu.then_some(if a.quick { 0.1 } else { 0.6 }),
+    };
+    let scope = Scope {
+        cpu,
+        full: a.full,
+        quick: a.quick,
+        seed: a.seed,
+    };
+    let all = [
+        classes::decode_anchors(heads, &scope),
+        classes::decode_mix(heads, &scope),
+        classes::prefill_anchors(heads, &scope),
+        classes::prefill_mix(heads, &scope),
+        classes::mtp_anchors(heads, &scope),
+    ];
+    let todo: Vec<&Class> = all.iter().filter(|c| a.op.includes(c.op)).collect();
+    let device = engine.device();
+    eprintln!(
+        "gdn bench: {} on {device}; {} threads; heads {}; iters <= {}, {} input sets{}",
+        engine.name(),
+        threads,
+        a.heads,
+        plan.cfg.iters,
+        plan.cfg.input_sets,
+        plan.budget_s
+            .map_or(String::new(), |b| format!(", <= {b} s per workload"))
+    );
+    let n_items: usize = todo.iter().map(|c| c.items.len() + 1).sum();
+    let pb = progress(n_items as u64, "bench");
+    let mut results = vec![];
+    let mut methods = serde_json::Map::new();
+    let mut failures = vec![];
+    for class in todo {
+        let r = bench_class(&engine, class, &plan, &a, &pb, &mut methods)?;
+        pb.suspend(|| print_class(&r, cpu, threads));
+        if !r.check.verdict.passed {
+            failures.push(r.name.clone());
+        }
+        results.push(r);
+    }
+    pb.finish_and_clear();
+    if let Some(path) = &a.json {
+        let doc = serde_json::json!({
+            "schema": "gdn-bench/1",
+            "gdn_version": env!("CARGO_PKG_VERSION"),
+            "backend": engine.name(),
+            "device": device,
+            "config": {
+                "op": format!("{:?}", a.op).to_lowercase(),
+                "heads": a.heads,
+                "seed": a.seed,
+                "quick": a.quick,
+                "full": a.full,
+                "warmup": plan.cfg.warmup,
+                "iters": plan.cfg.iters,
+                "input_sets": plan.cfg.input_sets,
+                "budget_s_per_workload": plan.budget_s,
+                "threads": threads,
+            },
+            "methods": methods,
+            "classes": results,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if !failures.is_empty() {
+        bail!("correctness failed (not timed): {}", failures.join(", "));
+    }
+    Ok(())
+}
+
+fn bench_class(
+    engine: &Engine,
+    class: &Class,
+    plan: &Plan,
+    a: &Args,
+    pb: &indicatif::ProgressBar,
+    methods: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<ClassResult> {
+    pb.set_message(format!("{}: checking {}", class.name, class.check.label));
+    let verdict = verify(engine, &class.check, a.seed ^ 0x5eed)?;
+    pb.inc(1);
+    let mut r = ClassResult {
+        name: class.name.into(),
+        op: class.op.name().into(),
+        mix: class.mix,
+        check: CheckResult {
+            workload: class.check.label.clone(),
+            stand_in: class.check_note.clone(),
+            verdict,
+        },
+        skipped: class.skipped.clone(),
+        workloads: vec![],
+        total: None,
+    };
+    if !r.check.verdict.passed {
+        pb.inc(class.items.len() as u64);
+        return Ok(r);
+    }
+    for (i, (spec, count)) in class.items.iter().enumerate() {
+        pb.set_message(format!("{}: {}", class.name, spec.label));
+        let seed = a.seed.wrapping_add(1000 * i as u64);
+        let w = bench_workload(engine, spec, *count, seed, plan, methods)
+            .with_context(|| format!("{} {}", class.name, spec.label))?;
+        r.workloads.push(w);
+        pb.inc(1);
+    }
+    if class.mix {
+        r.total = Some(aggregate(r.workloads.iter()));
+    }
+    Ok(r)
+}
+
+fn bench_workload(
+    engine: &Engine,
+    spec: &WorkloadSpec,
+    count: usize,
+    seed: u64,
+    plan: &Plan,
+    methods: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<WorkloadResult> {
+    let (def, opts) = (spec.definition(), spec.options());
+    let sets: Vec<_> = (0..plan.cfg.input_sets as u64)
+        .map(|k| generate(spec, seed.wrapping_add(k)))
+        .collect();
+    let p = Problem::from_tensors(&def, &sets[0], &opts)?;
+    let inputs = sets
+        .iter()
+        .map(|t| Problem::from_tensors(&def, t, &opts).map(|_| p.inputs(t)))
+        .collect::<gdn_core::Result<Vec<_>>>()?;
+    let mut cfg = plan.cfg.clone();
+    if let Some(budget) = plan.budget_s {
+        // One untimed call sizes the run and serves as the warm-up (thread pool, page faults).
+        let mut out = Outputs::poisoned(&p, &inputs[0]);
+        let t0 = Instant::now();
+        engine.run(&p, &inputs[0], &mut out)?;
+        let once = t0.elapsed().as_secs_f64();
+        cfg.iters = ((budget / once) as usize).clamp(3, cfg.iters.max(3));
+        cfg.warmup = 0; // the sizing call was the warm-up
+    }
+    let tiers = engine.time(&p, &inputs, &cfg)?;
+    let copy = engine.time_copy(p.min_bytes(), &cfg)?;
+    for t in tiers.iter() {
+        methods.insert(t.tier.clone(), t.method.clone().into());
+    }
+    for t in copy.iter() {
+        methods.insert(format!("copy/{}", t.tier), t.method.clone().into());
+    }
+    let tokens = p.dims.total_tokens;
+    let bytes = p.min_bytes();
+    let stats = tiers
+        .iter()
+        .map(|t| {
+            let c = copy.iter().find(|c| c.tier == t.tier).or(copy.first());
+            tier_stat(t, c, tokens, bytes)
+        })
+        .collect();
+    Ok(WorkloadResult {
+        label: spec.label.clone(),
+        count,
+        batch: p.dims.num_seqs,
+        seq_len: p.dims.seq_len,
+        tokens,
+        min_bytes: bytes,
+        iters: cfg.iters,
+        tiers: stats,
+        copy: copy
+            .iter()
+            .map(|c| CopyStat {
+                tier: c.tier.clone(),
+                n: c.samples_us.len(),
+                median_us: quantile(&c.samples_us, 0.5),
+                p10_us: quantile(&c.samples_us, 0.1),
+                p90_us: quantile(&c.samples_us, 0.9),
+            })
+            .collect(),
+    })
+}
+
+fn tier_stat(t: &TierSamples, copy: Option<&TierSamples>, tokens: usize, bytes: u64) -> TierStat {
+    let s = &t.samples_us;
+    let med = quantile(s, 0.5);
+    let copy_med = copy.map_or(f64::NAN, |c| quantile(&c.samples_us, 0.5));
+    TierStat {
+        tier: t.tier.clone(),
+        n: s.len(),
+        median_us: med,
+        p10_us: quantile(s, 0.1),
+        p90_us: quantile(s, 0.9),
+        mean_us: s.iter().sum::<f64>() / s.len().max(1) as f64,
+        min_us: s.iter().copied().fold(f64::INFINITY, f64::min),
+        tokens_per_s: tokens as f64 / med * 1e6,
+        gb_per_s: bytes as f64 / med / 1e3,
+        copy_median_us: copy_med,
+        copy_gb_per_s: bytes as f64 / copy_med / 1e3,
+        pct_of_copy: copy_med / med * 100.0,
+        samples_us: s.clone(),
+    }
+}
+
+/// Count-weighted totals per tier over `ws`.
+fn aggregate<'a>(ws: impl Iterator<Item = &'a WorkloadResult> + Clone) -> Vec<TotalStat> {
+    let Some(first) = ws.clone().next() else {
+        return vec![];
+    };
+    first
+        .tiers
+        .iter()
+        .map(|t0| {
+            let mut tot = TotalStat {
+                tier: t0.tier.clone(),
+                workloads: 0,
+                tokens: 0,
+                sum_median_us: 0.0,
+                tokens_per_s: 0.0,
+                gb_per_s: 0.0,
+                sum_copy_median_us: 0.0,
+                pct_of_copy: 0.0,
+            };
+            let mut bytes = 0.0;
+            for w in ws.clone() {
+                if let Some(t) = w.tiers.iter().find(|t| t.tier == t0.tier) {
+                    let c = w.count as f64;
+                    tot.workloads += w.count;
+                    tot.tokens += w.count * w.tokens;
+                    tot.sum_median_us += c * t.median_us;
+                    tot.sum_copy_median_us += c * t.copy_median_us;
+                    bytes += c * w.min_bytes as f64;
+                }
+            }
+            tot.tokens_per_s = tot.tokens as f64 / tot.sum_median_us * 1e6;
+            tot.gb_per_s = bytes / tot.sum_median_us / 1e3;
+            tot.pct_of_copy = tot.sum_copy_median_us / tot.sum_median_us * 100.0;
+            tot
+        })
+        .collect()
+}
+
+/// Rows of a mix with many shapes are grouped by total tokens.
+const BUCKETS: [(usize, usize, &str); 4] = [
+    (0, 256, "< 256 tokens"),
+    (256, 2048, "256..2047 tokens"),
+    (2048, 8192, "2048..8191 tokens"),
+    (8192, usize::MAX, ">= 8192 tokens"),
+];
+
+fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
+    let c = &r.check;
+    let note = c
+        .stand_in
+        .as_deref()
+        .map_or(String::new(), |n| format!(" ({n})"));
+    println!();
+    println!("== {} ==", r.name);
+    println!(
+        "correctness vs float64 reference on {}{note}: {} (max abs {}, rel-L2 out {}, state {})",
+        c.workload,
+        if c.verdict.passed { "pass" } else { "FAIL" },
+        sci(c.verdict.max_abs),
+        sci(c.verdict.rel_l2_output),
+        sci(c.verdict.rel_l2_state),
+    );
+    if !c.verdict.passed {
+        println!("FAIL: {}; class not timed", c.verdict.summary);
+        return;
+    }
+    for s in &r.skipped {
+        println!("skipped: {s}");
+    }
+    let mut header = vec![
+        "workload",
+        "n",
+        "tokens",
+        "tier",
+        "median µs",
+        "p10 µs",
+        "p90 µs",
+        "tokens/s",
+    ];
+    if cpu {
+        header.push("tok/s/core");
+    }
+    header.extend(["GB/s", "copy µs", "% of copy"]);
+    let mut t = new_table(&header);
+    let per_core = |x: f64| si(x / threads as f64);
+    let grouped = r.workloads.len() > 16;
+    if !grouped {
+        for w in &r.workloads {
+            for s in &w.tiers {
+                let mut row = vec![
+                    w.label.clone(),
+                    w.count.to_string(),
+                    w.tokens.to_string(),
+                    s.tier.clone(),
+                    num(s.median_us),
+                    num(s.p10_us),
+                    num(s.p90_us),
+                    si(s.tokens_per_s),
+                ];
+                if cpu {
+                    row.push(per_core(s.tokens_per_s));
+                }
+                row.extend([
+                    num(s.gb_per_s),
+                    num(s.copy_median_us),
+                    format!("{:.0}%", s.pct_of_copy),
+                ]);
+                t.add_row(row);
+            }
+        }
+    }
+    let mut totals: Vec<(String, Vec<TotalStat>)> = vec![];
+    if grouped {
+        for (lo, hi, name) in BUCKETS {
+            let ws = r
+                .workloads
+                .iter()
+                .filter(|w| w.tokens >= lo && w.tokens < hi);
+            if ws.clone().next().is_some() {
+                totals.push((name.to_string(), aggregate(ws)));
+            }
+        }
+    }
+    if let Some(tot) = &r.total {
+        totals.push(("all (sum of medians)".into(), tot.clone()));
+    }
+    for (name, tot) in totals {
+        for s in tot {
+            let mut row = vec![
+                name.clone(),
+                s.workloads.to_string(),
+                s.tokens.to_string(),
+                s.tier.clone(),
+                num(s.sum_median_us),
+                "-".into(),
+                "-".into(),
+                si(s.tokens_per_s),
+            ];
+            if cpu {
+                row.push(per_core(s.tokens_per_s));
+            }
+            row.extend([
+                num(s.gb_per_s),
+                num(s.sum_copy_median_us),
+                format!("{:.0}%", s.pct_of_copy),
+            ]);
+            t.add_row(row);
+        }
+    }
+    println!("{t}");
+    if r.op == "decode" && !r.mix {
+        for w in r.workloads.iter().filter(|w| w.batch >= 64) {
+            if let Some(s) = w.tiers.first() {
+                println!(
+                    "decode {}: {:.2}x the copy of the same bytes ({} tier; target <= 1.5x)",
+                    w.label,
+                    s.median_us / s.copy_median_us,
+                    s.tier
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! `gdn check`: a correctness sweep of a backend against the float64 reference (contest tolerance).
+//!
+//! Cases cover every operation × head configuration, batch sizes around warp/block boundaries, raw randn and
+//! normalised q/k, absent/fp32/bf16 state, MTP with and without intermediate states, serving mode with -1
+//! padding, prefill edge lengths (0, 1, 63, 64, 65), many mixed sequences, a long sequence and extreme gates.
+//! Every case draws fresh inputs (its own seed) and runs on NaN-poisoned outputs. Any failure → exit 1.
+
+use crate::backend::{Choice, Engine};
+use crate::table::{new_table, progress, sci};
+use crate::verify::{verify, Verdict};
+use anyhow::{bail, Context, Result};
+use gdn_core::workload::WorkloadSpec;
+use gdn_core::{Backend, DType, Heads, MtpMode, Op, Timed};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: Choice,
+    #[arg(long, value_enum, default_value = "all")]
+    op: OpFilter,
+    /// A trimmed sweep (CI smoke): fewer batch sizes and shorter sequences.
+    #[arg(long)]
+    quick: bool,
+    /// Base seed; case i uses seed + i.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the per-case results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// `--op` for check and bench.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpFilter {
+    Decode,
+    Prefill,
+    Mtp,
+    All,
+}
+
+impl OpFilter {
+    pub fn includes(self, op: Op) -> bool {
+        match self {
+            OpFilter::All => true,
+            OpFilter::Decode => op == Op::Decode,
+            OpFilter::Prefill => op == Op::Prefill,
+            OpFilter::Mtp => op == Op::Mtp,
+        }
+    }
+}
+
+/// The head configurations gdn is checked on: TP=1, 2, 4 of Qwen3-Next and a Qwen3.5-style 1:4 ratio.
+pub fn all_heads() -> Vec<(&'static str, Heads)> {
+    [
+        ("qk16_v32", 16, 32),
+        ("qk8_v16", 8, 16),
+        ("qk4_v8", 4, 8),
+        ("qk2_v8", 2, 8),
+    ]
+    .into_iter()
+    .map(|(n, h, hv)| (n, Heads::new(h, hv, 128).expect("valid heads")))
+    .collect()
+}
+
+fn with(mut s: WorkloadSpec, label: String, f: impl FnOnce(&mut WorkloadSpec)) -> WorkloadSpec {
+    f(&mut s);
+    s.label = label;
+    s
+}
+
+/// The sweep's cases, in order.
+pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
+    let hd = Heads::new(4, 8, 128).expect("qk4_v8");
+    let heads = all_heads();
+    let mut v = Vec::new();
+
+    // Decode: batch sizes (raw randn, as the contest draws them), then each feature.
+    let batches: &[usize] = if quick {
+        &[1, 3, 8, 33, 64]
+    } else {
+        &[1, 2, 3, 4, 7, 8, 16, 33, 64, 128, 256, 1024]
+    };
+    for &b in batches {
+        v.push(with(
+            WorkloadSpec::decode(hd, b),
+            format!("decode qk4_v8 B={b} raw"),
+            |_| {},
+        ));
+    }
+    for (name, h) in &heads {
+        v.push(with(
+            WorkloadSpec::decode(*h, 5),
+            format!("decode {name} B=5 raw"),
+            |_| {},
+        ));
+        v.push(with(
+            WorkloadSpec::decode(*h, 9),
+            format!("decode {name} B=9 normalised"),
+            |s| s.normalize_qk = true,
+        ));
+    }
+    v.push(with(
+        WorkloadSpec::decode(hd, 6),
+        "decode B=6 no state (zeros)".into(),
+        |s| s.with_state = false,
+    ));
+    v.push(with(
+        WorkloadSpec::decode(hd, 16),
+        "decode B=16 bf16 state".into(),
+        |s| s.state_dtype = DType::BF16,
+    ));
+    v.push(with(
+        WorkloadSpec::decode(hd, 8),
+        "decode B=8 extreme gates".into(),
+        |s| s.extreme_gates = true,
+    ));
+    v.push(with(
+        WorkloadSpec::decode(hd, 4),
+        "decode B=4 scale=0.3".into(),
+        |s| s.scale = 0.3,
+    ));
+
+    // MTP: T = 2..8, with/without intermediate states, serving mode with padding, bf16 state, head configs.
+    let ts: Vec<usize> = if quick {
+        vec![2, 5, 8]
+    } else {
+        (2..=8).collect()
+    };
+    for &t in &ts {
+        v.push(with(
+            WorkloadSpec::mtp(hd, 4, t),
+            format!("mtp B=4 T={t} +intermediate"),
+            |s| {
+                s.normalize_qk = true;
+                s.intermediate = true;
+            },
+        ));
+        v.push(with(
+            WorkloadSpec::mtp(hd, 3, t),
+            format!("mtp B=3 T={t}"),
+            |s| {
+                s.normalize_qk = true;
+                s.intermediate = false;
+            },
+        ));
+    }
+    v.push(with(
+        WorkloadSpec::mtp(hd, 2, 2),
+        "mtp B=2 T=2 raw".into(),
+        |s| s.normalize_qk = false,
+    ));
+    v.push(with(
+        WorkloadSpec::mtp(hd, 8, 4),
+        "mtp serving B=8 T=4 padding".into(),
+        |s| {
+            s.normalize_qk = true;
+            s.intermediate = true;
+            s.mtp_mode = MtpMode::Serving;
+            s.padding = 3;
+        },
+    ));
+    v.push(with(
+        WorkloadSpec::mtp(hd, 6, 3),
+        "mtp serving B=6 T=3 no intermediate".into(),
+        |s| {
+            s.normalize_qk = true;
+            s.intermediate = false;
+            s.mtp_mode = MtpMode::Serving;
+            s.padding = 1;
+        },
+    ));
+    v.push(with(
+        WorkloadSpec::mtp(hd, 4, 4),
+        "mtp B=4 T=4 bf16 state".into(),
+        |s| {
+            s.normalize_qk = true;
+            s.intermediate = true;
+            s.state_dtype = DType::BF16;
+        },
+    ));
+    for (name, h) in &heads {
+        v.push(with(
+            WorkloadSpec::mtp(*h, 3, 4),
+            format!("mtp {name} B=3 T=4"),
+            |s| {
+                s.normalize_qk = true;
+                s.intermediate = true;
+            },
+        ));
+    }
+
+    // Prefill (normalised q/k, as real callers pass them; raw randn only where it stays finite).
+    let norm = |lens: &[usize], label: String| {
+        with(WorkloadSpec::prefill(hd, lens), label, |s| {
+            s.normalize_qk = true
+        })
+    };
+    for lens in [
+        vec![0],
+        vec![1],
+        vec![63],
+        vec![64],
+        vec![65],
+        vec![0, 5, 0, 64, 1],
+    ] {
+        v.push(norm(&lens, format!("prefill lens {lens:?}")));
+    }
+    let many: Vec<usize> = (0..57)
+        .map(|i| (i * 37 + 11) % if quick { 90 } else { 300 })
+        .collect();
+    v.push(norm(
+        &many,
+        format!("prefill 57 seqs, {} tokens", many.iter().sum::<usize>()),
+    ));
+    let long = if quick { 700 } else { 4096 };
+    v.push(norm(&[long], format!("prefill 1x{long}")));
+    for (name, h) in &heads {
+        v.push(with(
+            WorkloadSpec::prefill(*h, &[100, 37]),
+            format!("prefill {name} [100, 37]"),
+            |s| s.normalize_qk = true,
+        ));
+    }
+    v.push(with(
+        WorkloadSpec::prefill(hd, &[3, 1, 2]),
+        "prefill [3, 1, 2] raw".into(),
+        |s| s.normalize_qk = false,
+    ));
+    v.push(with(
+        WorkloadSpec::prefill(hd, &[70, 20]),
+        "prefill [70, 20] no state".into(),
+        |s| {
+            s.normalize_qk = true;
+            s.with_state = false;
+        },
+    ));
+    v.push(with(
+        WorkloadSpec::prefill(hd, &[130, 7]),
+        "prefill [130, 7] bf16 state".into(),
+        |s| {
+            s.normalize_qk = true;
+            s.state_dtype = DType::BF16;
+        },
+    ));
+    v.push(with(
+        WorkloadSpec::prefill(hd, &[200, 66]),
+        "prefill [200, 66] extreme gates".into(),
+        |s| {
+            s.normalize_qk = true;
+            s.extreme_gates = true;
+        },
+    ));
+    v
+}
+
+pub fn main(a: Args) -> Result<()> {
+    let engine = Engine::open(a.backend)?;
+    let cases: Vec<_> = cases(a.quick)
+        .into_iter()
+        .filter(|c| a.op.includes(c.op))
+        .collect();
+    eprintln!(
+        "gdn check: {} cases on {} ({})",
+        cases.len(),
+        engine.name(),
+        engine.device()
+    );
+    let pb = progress(cases.len() as u64, "check");
+    let mut results: Vec<Verdict> = Vec::new();
+    for (i, spec) in cases.iter().enumerate() {
+        pb.set_message(spec.label.clone());
+        results.push(verify(&engine, spec, a.seed + i as u64)?);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let mut t = new_table(&[
+        "case",
+        "max abs err",
+        "rel-L2 output",
+        "rel-L2 state",
+        "failed elements",
+        "result",
+    ]);
+    for r in &results {
+        t.add_row(vec![
+            r.case.clone(),
+            sci(r.max_abs),
+            sci(r.rel_l2_output),
+            sci(r.rel_l2_state),
+            r.failed.to_string(),
+            if r.passed { "pass" } else { "FAIL" }.into(),
+        ]);
+    }
+    println!("{t}");
+    let failed: Vec<_> = results.iter().filter(|r| !r.passed).collect();
+    for r in &failed {
+        println!("FAIL {}: {}", r.case, r.summary);
+    }
+    if let Some(path) = &a.json {
+        let doc = serde_json::json!({
+            "backend": engine.name(),
+            "device": engine.device(),
+            "seed": a.seed,
+            "quick": a.quick,
+            "cases": results,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if !failed.is_empty() {
+        bail!("{} of {} cases failed", failed.len(), results.len());
+    }
+    println!("all {} cases passed", results.len());
+    Ok(())
+}

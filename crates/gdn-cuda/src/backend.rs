@@ -1,0 +1,292 @@
+//! `CudaBackend`: gdn_core's `Backend` (host → device, one launch, device → host) and `Timed`.
+//!
+//! One call of a problem = one kernel launch through `launch.rs` on the backend's stream. How each
+//! operation maps its tensors to kernel pointers:
+//! * decode: `state` (or NULL) → `new_state` (a separate buffer; every row written).
+//! * prefill: `state` (or NULL) → `new_state`; `cu_seqlens` uploaded as int64.
+//! * MTP, definition mode: the pool is read, not written (`new_state` NULL); `final_state` is the input
+//!   pool, copied on the host; the intermediate buffer is uploaded and the kernel overwrites its rows.
+//! * MTP, serving mode: in place — `new_state == state` (the pool), index -1 = padding; `final_state` is
+//!   the pool read back.
+
+use crate::bench;
+use crate::context::{Gpu, Stream};
+use crate::launch::{KernelSet, LaunchInfo, PrefillArgs, RecurrentArgs};
+use crate::memory::DeviceBuf;
+use crate::registry::StateDtype;
+use gdn_core::{
+    Backend, DType, GdnError, Inputs, MtpMode, Op, Outputs, Problem, Result, StateBuf, StateRef,
+    TierSamples, Timed, TimingConfig,
+};
+use half::bf16;
+use std::sync::Mutex;
+
+pub(crate) fn be(e: String) -> GdnError {
+    GdnError::backend("cuda", e)
+}
+
+/// The CUDA backend on device 0.
+pub struct CudaBackend {
+    pub(crate) gpu: Gpu,
+    pub(crate) kernels: KernelSet,
+    /// Serialises use of the backend's stream and buffers.
+    pub(crate) lock: Mutex<()>,
+    /// The copy kernel of the bandwidth floor (`bench.rs`), loaded on first use.
+    pub(crate) copy: std::sync::OnceLock<std::result::Result<bench::CopyKernel, String>>,
+}
+
+impl CudaBackend {
+    /// Opens device 0 (driver, device, Hopper check, NVRTC) and prepares its kernels (compiled lazily,
+    /// from the disk cache when possible).
+    pub fn open() -> Result<CudaBackend> {
+        let gpu = Gpu::open(0).map_err(be)?;
+        crate::nvrtc::version().map_err(be)?;
+        let kernels = KernelSet::new(gpu.info.caps(), gpu.arch)?;
+        Ok(CudaBackend {
+            gpu,
+            kernels,
+            lock: Mutex::new(()),
+            copy: std::sync::OnceLock::new(),
+        })
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    pub fn kernels(&self) -> &KernelSet {
+        &self.kernels
+    }
+
+    /// Which kernel (and launch configuration) this backend would use for `p`.
+    pub fn plan(&self, p: &Problem) -> Result<LaunchInfo> {
+        let shape = crate::shape_of(p);
+        let c = self.kernels.choose(&shape)?;
+        Ok(LaunchInfo::from(&c))
+    }
+}
+
+/// Device copies of one input set.
+pub(crate) struct DeviceInputs {
+    q: DeviceBuf,
+    k: DeviceBuf,
+    v: DeviceBuf,
+    a: DeviceBuf,
+    b: DeviceBuf,
+    a_log: DeviceBuf,
+    dt_bias: DeviceBuf,
+    state: Option<DeviceBuf>,
+    cu_seqlens: Option<DeviceBuf>,
+    indices: Option<DeviceBuf>,
+}
+
+/// Device destinations of a call.
+pub(crate) struct DeviceOutputs {
+    out: DeviceBuf,
+    /// new_state, when it is not written in place.
+    new_state: Option<DeviceBuf>,
+    intermediate: Option<DeviceBuf>,
+}
+
+fn state_dtype(p: &Problem) -> StateDtype {
+    match p.state_out_dtype() {
+        DType::BF16 => StateDtype::BF16,
+        _ => StateDtype::F32,
+    }
+}
+
+fn state_bytes(p: &Problem) -> usize {
+    p.state_shape().iter().product::<usize>() * p.state_out_dtype().size()
+}
+
+impl DeviceInputs {
+    pub(crate) fn upload(p: &Problem, x: &Inputs, stream: Stream) -> Result<Self> {
+        let up = |d: &[bf16]| DeviceBuf::upload(d, stream).map_err(be);
+        let upf = |d: &[f32]| DeviceBuf::upload(d, stream).map_err(be);
+        let state = match x.state {
+            Some(StateRef::F32(s)) => Some(upf(s)?),
+            Some(StateRef::BF16(s)) => Some(up(s)?),
+            None => None,
+        };
+        Ok(DeviceInputs {
+            q: up(x.q)?,
+            k: up(x.k)?,
+            v: up(x.v)?,
+            a: up(x.a)?,
+            b: up(x.b)?,
+            a_log: upf(x.a_log)?,
+            dt_bias: upf(x.dt_bias)?,
+            state,
+            cu_seqlens: if p.def.op == Op::Prefill {
+                Some(DeviceBuf::upload(&x.cu_seqlens, stream).map_err(be)?)
+            } else {
+                None
+            },
+            indices: match x.state_indices {
+                Some(i) => Some(DeviceBuf::upload(i, stream).map_err(be)?),
+                None => None,
+            },
+        })
+    }
+}
+
+impl DeviceOutputs {
+    /// Destinations for `p`; `intermediate` is the caller's buffer (rows not written keep its values).
+    pub(crate) fn alloc(p: &Problem, intermediate: Option<&[f32]>, stream: Stream) -> Result<Self> {
+        let n_out = p.output_shape().iter().product::<usize>();
+        let in_place = p.def.op == Op::Mtp;
+        Ok(DeviceOutputs {
+            out: DeviceBuf::alloc(n_out * 2).map_err(be)?,
+            new_state: if in_place {
+                None
+            } else {
+                Some(DeviceBuf::alloc(state_bytes(p)).map_err(be)?)
+            },
+            intermediate: match intermediate {
+                Some(buf) if p.intermediate => Some(DeviceBuf::upload(buf, stream).map_err(be)?),
+                _ => None,
+            },
+        })
+    }
+}
+
+fn ptr(b: &Option<DeviceBuf>) -> u64 {
+    b.as_ref().map_or(0, |b| b.ptr)
+}
+
+/// Enqueues one call of `p` with device inputs `i` into destinations `o` on `stream`.
+///
+/// # Safety
+/// The buffers were sized for `p`; `stream` belongs to `kernels`' context.
+pub(crate) unsafe fn enqueue(
+    kernels: &KernelSet,
+    p: &Problem,
+    i: &DeviceInputs,
+    o: &DeviceOutputs,
+    stream: Stream,
+) -> Result<LaunchInfo> {
+    let h = &p.def.heads;
+    let sd = Some(state_dtype(p));
+    match p.def.op {
+        Op::Prefill => kernels.launch_prefill(
+            &PrefillArgs {
+                q: i.q.ptr,
+                k: i.k.ptr,
+                v: i.v.ptr,
+                a: i.a.ptr,
+                b: i.b.ptr,
+                a_log: i.a_log.ptr,
+                dt_bias: i.dt_bias.ptr,
+                cu_seqlens: ptr(&i.cu_seqlens),
+                state: ptr(&i.state),
+                new_state: ptr(&o.new_state),
+                out: o.out.ptr,
+                num_seqs: p.dims.num_seqs,
+                total_tokens: p.dims.total_tokens,
+                num_q_heads: h.num_q_heads,
+                num_v_heads: h.num_v_heads,
+                head_size: h.head_size,
+                scale: p.scale,
+                state_dtype: sd,
+            },
+            stream.0,
+        ),
+        Op::Decode | Op::Mtp => {
+            let new_state = match (p.def.op, p.mtp_mode) {
+                (Op::Decode, _) => ptr(&o.new_state),
+                (_, MtpMode::Serving) => ptr(&i.state), // in place
+                (_, MtpMode::Definition) => 0,          // pool not updated
+            };
+            kernels.launch_recurrent(
+                &RecurrentArgs {
+                    q: i.q.ptr,
+                    k: i.k.ptr,
+                    v: i.v.ptr,
+                    a: i.a.ptr,
+                    b: i.b.ptr,
+                    a_log: i.a_log.ptr,
+                    dt_bias: i.dt_bias.ptr,
+                    state: ptr(&i.state),
+                    new_state,
+                    intermediate: ptr(&o.intermediate),
+                    out: o.out.ptr,
+                    state_indices: ptr(&i.indices),
+                    batch: p.dims.num_seqs,
+                    seq_len: p.dims.seq_len,
+                    num_state_rows: p.dims.state_rows,
+                    num_q_heads: h.num_q_heads,
+                    num_v_heads: h.num_v_heads,
+                    head_size: h.head_size,
+                    scale: p.scale,
+                    state_dtype: sd,
+                },
+                stream.0,
+            )
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        "cuda".into()
+    }
+
+    fn run(&self, p: &Problem, x: &Inputs, out: &mut Outputs) -> Result<()> {
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.gpu.bind().map_err(be)?;
+        let s = self.gpu.stream();
+        let di = DeviceInputs::upload(p, x, s)?;
+        let inter_src = out.intermediate.as_deref().or(x.intermediate);
+        let dout = DeviceOutputs::alloc(p, inter_src, s)?;
+        // SAFETY: buffers sized for p, our stream and context.
+        let launched = unsafe { enqueue(&self.kernels, p, &di, &dout, s) };
+        if let Err(e) = launched {
+            let _ = self.gpu.sync(); // let the uploads finish before the host buffers can go
+            return Err(e);
+        }
+        dout.out.read(&mut out.output, s).map_err(be)?;
+        // the state destination: new_state, or the pool itself (MTP serving, in place)
+        let state_src = match (p.def.op, p.mtp_mode) {
+            (Op::Mtp, MtpMode::Serving) => di.state.as_ref(),
+            (Op::Mtp, MtpMode::Definition) => None,
+            _ => dout.new_state.as_ref(),
+        };
+        match (state_src, &mut out.state) {
+            (Some(src), StateBuf::F32(dst)) => src.read(dst, s).map_err(be)?,
+            (Some(src), StateBuf::BF16(dst)) => src.read(dst, s).map_err(be)?,
+            (None, dst) => copy_pool(x, dst)?,
+        }
+        if let (Some(src), Some(dst)) = (&dout.intermediate, out.intermediate.as_mut()) {
+            src.read(dst, s).map_err(be)?;
+        }
+        self.gpu.sync().map_err(be)
+    }
+}
+
+/// MTP definition mode: `final_state` is the input pool unchanged.
+fn copy_pool(x: &Inputs, dst: &mut StateBuf) -> Result<()> {
+    match (x.state, dst) {
+        (Some(StateRef::F32(s)), StateBuf::F32(d)) => d.copy_from_slice(s),
+        (Some(StateRef::BF16(s)), StateBuf::BF16(d)) => d.copy_from_slice(s),
+        _ => {
+            return Err(be(
+                "MTP final_state: pool missing or of another dtype".into()
+            ))
+        }
+    }
+    Ok(())
+}
+
+impl Timed for CudaBackend {
+    fn time(&self, p: &Problem, inputs: &[Inputs], cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
+        bench::time_problem(self, p, inputs, cfg)
+    }
+
+    fn time_copy(&self, bytes: u64, cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
+        bench::time_copy(self, bytes, cfg)
+    }
+
+    fn device(&self) -> String {
+        self.gpu.info.describe()
+    }
+}

@@ -1,0 +1,541 @@
+//! The raw launch API: device pointers (u64) and sizes in, one kernel launch on the caller's stream out.
+//! No allocation, no host synchronisation, no copies: this is what a framework binding calls (it owns the
+//! tensors and the stream). Every argument is validated before the launch (required pointers present,
+//! alignment, head ratio, sizes, grid limits via the policy), the launch's own error is checked, and the
+//! kernel choice is `policy::choose` (with the `GDN_KERNEL=<name>` override read here).
+//!
+//! `KernelSet` holds the loaded modules of the current context. Modules are compiled (NVRTC, disk cache)
+//! and loaded on first use, one per compilation unit, so a broken or missing source only disables its own
+//! kernels. Loading raises each kernel's dynamic shared-memory limit and records its registers and local
+//! memory (a hot kernel with local memory is reported by `spilling_hot_kernels`).
+
+use crate::context::drv;
+use crate::nvrtc;
+use crate::params::{PrefillParams, RecurrentParams};
+use crate::policy::{self, Choice, DeviceCaps, Rejection, Shape};
+use crate::registry::{self, Module, StateDtype, Variant};
+use crate::sources::SourceSet;
+use cudarc::driver::{result, sys};
+use gdn_core::{GdnError, Op, Result};
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::OnceLock;
+
+/// Alignment every vector-loaded tensor must have (16-byte loads).
+pub const VEC_ALIGN: u64 = 16;
+/// Dynamic shared memory above this needs the per-function opt-in attribute.
+const DEFAULT_DYN_SMEM_LIMIT: u32 = 48 * 1024;
+/// Environment override naming the variant to launch (experiments; checked by the policy).
+pub const KERNEL_OVERRIDE_ENV: &str = "GDN_KERNEL";
+
+/// A loaded kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadedKernel {
+    pub func: sys::CUfunction,
+    pub variant: &'static Variant,
+    pub registers: i32,
+    pub local_bytes: i32,
+}
+
+struct LoadedModule {
+    // Kept for the life of the KernelSet (functions point into it).
+    _module: sys::CUmodule,
+    kernels: HashMap<&'static str, LoadedKernel>,
+    compiled: nvrtc::Compiled,
+}
+
+/// The kernels of one context (the one current when `KernelSet::new` was called).
+pub struct KernelSet {
+    caps: DeviceCaps,
+    arch: String,
+    sources: SourceSet,
+    /// `GDN_KERNEL`, read once.
+    force: Option<String>,
+    modules: Vec<(
+        &'static Module,
+        OnceLock<std::result::Result<LoadedModule, String>>,
+    )>,
+}
+
+// SAFETY: module and function handles are context-wide and usable from any thread with the context current.
+unsafe impl Send for KernelSet {}
+unsafe impl Sync for KernelSet {}
+
+/// What a launch did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchInfo {
+    pub kernel: &'static str,
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    pub dyn_smem: u32,
+}
+
+impl From<&Choice> for LaunchInfo {
+    fn from(c: &Choice) -> Self {
+        LaunchInfo {
+            kernel: c.variant.name,
+            grid: c.grid,
+            block: c.block,
+            dyn_smem: c.dyn_smem,
+        }
+    }
+}
+
+fn bad(tensor: &str, problem: impl Into<String>) -> GdnError {
+    GdnError::value(tensor, problem)
+}
+
+fn backend_err(e: String) -> GdnError {
+    GdnError::backend("cuda", e)
+}
+
+/// Required pointer, aligned.
+fn need(name: &str, ptr: u64, align: u64) -> Result<()> {
+    if ptr == 0 {
+        return Err(bad(name, "device pointer is NULL"));
+    }
+    opt(name, ptr, align)
+}
+
+/// Optional pointer (0 = absent), aligned when present (`align` is a power of two).
+fn opt(name: &str, ptr: u64, align: u64) -> Result<()> {
+    if ptr & (align - 1) != 0 {
+        return Err(bad(
+            name,
+            format!("device pointer {ptr:#x} is not {align}-byte aligned"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_scale(scale: f32) -> Result<()> {
+    if !scale.is_finite() || scale == 0.0 {
+        return Err(bad(
+            "scale",
+            format!("must be resolved (finite, non-zero), got {scale}"),
+        ));
+    }
+    Ok(())
+}
+
+fn to_i32(name: &str, x: usize) -> Result<i32> {
+    i32::try_from(x).map_err(|_| bad(name, format!("{x} does not fit the kernel's 32-bit field")))
+}
+
+/// Decode (T = 1) and MTP (T >= 1) arguments: `RecurrentParams` plus what the policy needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RecurrentArgs {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub a: u64,
+    pub b: u64,
+    pub a_log: u64,
+    pub dt_bias: u64,
+    /// 0 = zero initial state.
+    pub state: u64,
+    /// 0 = final state not written; may equal `state` (in place).
+    pub new_state: u64,
+    /// 0 = per-token states not written.
+    pub intermediate: u64,
+    pub out: u64,
+    /// 0 = request b uses state row b.
+    pub state_indices: u64,
+    pub batch: usize,
+    pub seq_len: usize,
+    pub num_state_rows: usize,
+    pub num_q_heads: usize,
+    pub num_v_heads: usize,
+    pub head_size: usize,
+    /// Resolved (never 0).
+    pub scale: f32,
+    pub state_dtype: Option<StateDtype>,
+}
+
+/// Prefill arguments: `PrefillParams` plus what the policy needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PrefillArgs {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub a: u64,
+    pub b: u64,
+    pub a_log: u64,
+    pub dt_bias: u64,
+    /// i64 [N+1] in device memory.
+    pub cu_seqlens: u64,
+    /// 0 = zero initial state.
+    pub state: u64,
+    pub new_state: u64,
+    pub out: u64,
+    pub num_seqs: usize,
+    pub total_tokens: usize,
+    pub num_q_heads: usize,
+    pub num_v_heads: usize,
+    pub head_size: usize,
+    pub scale: f32,
+    pub state_dtype: Option<StateDtype>,
+}
+
+impl RecurrentArgs {
+    pub fn shape(&self) -> Shape {
+        Shape {
+            // T = 1 runs the decode kernels (which also honour indices and intermediate states)
+            op: if self.seq_len == 1 {
+                Op::Decode
+            } else {
+                Op::Mtp
+            },
+            num_q_heads: self.num_q_heads,
+            num_v_heads: self.num_v_heads,
+            head_size: self.head_size,
+            num_seqs: self.batch,
+            seq_len: self.seq_len,
+            total_tokens: self.batch * self.seq_len,
+            state: self.state_dtype.unwrap_or(StateDtype::F32),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        for (n, p) in [
+            ("q", self.q),
+            ("k", self.k),
+            ("v", self.v),
+            ("output", self.out),
+        ] {
+            need(n, p, VEC_ALIGN)?;
+        }
+        need("a", self.a, 2)?;
+        need("b", self.b, 2)?;
+        need("A_log", self.a_log, 4)?;
+        need("dt_bias", self.dt_bias, 4)?;
+        opt("state", self.state, VEC_ALIGN)?;
+        opt("new_state", self.new_state, VEC_ALIGN)?;
+        opt("intermediate_states_buffer", self.intermediate, VEC_ALIGN)?;
+        opt("initial_state_indices", self.state_indices, 4)?;
+        check_scale(self.scale)?;
+        if (self.state != 0 || self.new_state != 0) && self.state_dtype.is_none() {
+            return Err(bad("state", "state pointers given without a state dtype"));
+        }
+        if self.state_indices == 0 && self.num_state_rows < self.batch {
+            return Err(bad(
+                "state",
+                format!(
+                    "{} rows for {} requests (without indices request b uses row b)",
+                    self.num_state_rows, self.batch
+                ),
+            ));
+        }
+        to_i32("seq_len", self.seq_len)?;
+        to_i32("num_q_heads", self.num_q_heads)?;
+        to_i32("num_v_heads", self.num_v_heads)?;
+        Ok(())
+    }
+
+    pub fn params(&self) -> RecurrentParams {
+        RecurrentParams {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            a: self.a,
+            b: self.b,
+            a_log: self.a_log,
+            dt_bias: self.dt_bias,
+            state: self.state,
+            new_state: self.new_state,
+            intermediate: self.intermediate,
+            out: self.out,
+            state_indices: self.state_indices,
+            batch: self.batch as i64,
+            num_state_rows: self.num_state_rows as i64,
+            scale: self.scale,
+            seq_len: self.seq_len as i32,
+            num_qk_heads: self.num_q_heads as i32,
+            num_v_heads: self.num_v_heads as i32,
+        }
+    }
+}
+
+impl PrefillArgs {
+    pub fn shape(&self) -> Shape {
+        Shape {
+            op: Op::Prefill,
+            num_q_heads: self.num_q_heads,
+            num_v_heads: self.num_v_heads,
+            head_size: self.head_size,
+            num_seqs: self.num_seqs,
+            seq_len: 0,
+            total_tokens: self.total_tokens,
+            state: self.state_dtype.unwrap_or(StateDtype::F32),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.total_tokens > 0 {
+            for (n, p) in [
+                ("q", self.q),
+                ("k", self.k),
+                ("v", self.v),
+                ("output", self.out),
+            ] {
+                need(n, p, VEC_ALIGN)?;
+            }
+            need("a", self.a, 2)?;
+            need("b", self.b, 2)?;
+        }
+        need("A_log", self.a_log, 4)?;
+        need("dt_bias", self.dt_bias, 4)?;
+        need("cu_seqlens", self.cu_seqlens, 8)?;
+        need("new_state", self.new_state, VEC_ALIGN)?;
+        opt("state", self.state, VEC_ALIGN)?;
+        check_scale(self.scale)?;
+        if self.state_dtype.is_none() {
+            return Err(bad("new_state", "prefill writes new_state: give its dtype"));
+        }
+        to_i32("num_q_heads", self.num_q_heads)?;
+        to_i32("num_v_heads", self.num_v_heads)?;
+        Ok(())
+    }
+
+    pub fn params(&self) -> PrefillParams {
+        PrefillParams {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            a: self.a,
+            b: self.b,
+            a_log: self.a_log,
+            dt_bias: self.dt_bias,
+            cu_seqlens: self.cu_seqlens,
+            state: self.state,
+            new_state: self.new_state,
+            out: self.out,
+            num_seqs: self.num_seqs as i64,
+            scale: self.scale,
+            num_q_heads: self.num_q_heads as i32,
+            num_v_heads: self.num_v_heads as i32,
+            pad0: 0,
+        }
+    }
+}
+
+impl KernelSet {
+    /// A kernel set for the context current on this thread (nothing is compiled yet).
+    pub fn new(caps: DeviceCaps, arch: &str) -> Result<KernelSet> {
+        let sources = SourceSet::load().map_err(backend_err)?;
+        Ok(KernelSet {
+            caps,
+            arch: arch.to_string(),
+            sources,
+            force: std::env::var(KERNEL_OVERRIDE_ENV)
+                .ok()
+                .filter(|s| !s.is_empty()),
+            modules: registry::modules()
+                .into_iter()
+                .map(|m| (m, OnceLock::new()))
+                .collect(),
+        })
+    }
+
+    pub fn caps(&self) -> DeviceCaps {
+        self.caps
+    }
+
+    /// The policy's choice for a shape (with the `GDN_KERNEL` override, if set).
+    pub fn choose(&self, shape: &Shape) -> std::result::Result<Choice, Rejection> {
+        policy::choose(shape, &self.caps, self.force.as_deref())
+    }
+
+    fn module(&self, m: &'static Module) -> Result<&LoadedModule> {
+        let slot = &self
+            .modules
+            .iter()
+            .find(|(x, _)| x.id == m.id)
+            .expect("every registry module has a slot")
+            .1;
+        slot.get_or_init(|| self.load_module(m))
+            .as_ref()
+            .map_err(|e| backend_err(e.clone()))
+    }
+
+    fn load_module(&self, m: &'static Module) -> std::result::Result<LoadedModule, String> {
+        let source = self.sources.get(m.source).ok_or_else(|| {
+            format!(
+                "kernel source {} is not in this build ({})",
+                m.source, self.sources.origin
+            )
+        })?;
+        let headers = self.sources.headers();
+        let text = registry::module_source(m, source);
+        let compiled = nvrtc::compile(&nvrtc::Request {
+            name: m.source,
+            source: &text,
+            headers: &headers,
+            arch: &self.arch,
+            defines: m.defines,
+        })?;
+        // SAFETY: a CUBIN image for this device's architecture; the context is current.
+        let module = unsafe { result::module::load_data(compiled.cubin.as_ptr() as *const c_void) }
+            .map_err(|e| drv(&format!("cuModuleLoadData({})", m.source), e))?;
+        let mut kernels = HashMap::new();
+        for v in registry::VARIANTS.iter().filter(|v| v.module.id == m.id) {
+            let name = CString::new(v.name).expect("kernel names have no NUL");
+            // SAFETY: a loaded module; a NUL-terminated name.
+            let func = unsafe { result::module::get_function(module, name) }
+                .map_err(|e| drv(&format!("{} not exported by {}", v.name, m.source), e))?;
+            use sys::CUfunction_attribute::*;
+            let get = |a| {
+                // SAFETY: a valid function handle.
+                unsafe { result::function::get_function_attribute(func, a) }
+                    .map_err(|e| drv("cuFuncGetAttribute", e))
+            };
+            if v.dyn_smem > DEFAULT_DYN_SMEM_LIMIT {
+                // SAFETY: a valid function handle; the policy checked the device's opt-in limit.
+                unsafe {
+                    result::function::set_function_attribute(
+                        func,
+                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        v.dyn_smem as i32,
+                    )
+                }
+                .map_err(|e| drv(&format!("{}: raising dynamic shared memory", v.name), e))?;
+            }
+            let max_threads = get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+            if v.block as i32 > max_threads {
+                return Err(format!(
+                    "{}: registry block {} exceeds the kernel's limit of {max_threads} threads \
+                     (launch bounds or registers)",
+                    v.name, v.block
+                ));
+            }
+            kernels.insert(
+                v.name,
+                LoadedKernel {
+                    func,
+                    variant: v,
+                    registers: get(CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+                    local_bytes: get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+                },
+            );
+        }
+        Ok(LoadedModule {
+            _module: module,
+            kernels,
+            compiled,
+        })
+    }
+
+    /// A loaded kernel by variant (compiles / loads its module on first use).
+    pub fn kernel(&self, v: &'static Variant) -> Result<LoadedKernel> {
+        Ok(self.module(v.module)?.kernels[v.name])
+    }
+
+    /// Loads every module now (so that no compile happens inside a timed or captured region); returns
+    /// the modules that failed, with why.
+    pub fn load_all(&self) -> Vec<String> {
+        self.modules
+            .iter()
+            .filter_map(|(m, _)| self.module(m).err().map(|e| format!("{}: {e}", m.source)))
+            .collect()
+    }
+
+    /// Whether each loaded module came from the disk cache (for reports).
+    pub fn cache_report(&self) -> Vec<(&'static str, bool, f64)> {
+        self.modules
+            .iter()
+            .filter_map(|(m, slot)| {
+                slot.get()
+                    .and_then(|r| r.as_ref().ok())
+                    .map(|l| (m.source, l.compiled.from_cache, l.compiled.seconds))
+            })
+            .collect()
+    }
+
+    /// Hot kernels that use local memory (spills or stack) on the device, with the byte counts.
+    pub fn spilling_hot_kernels(&self) -> Vec<(&'static str, i32)> {
+        let mut out = Vec::new();
+        for (_, slot) in &self.modules {
+            if let Some(Ok(m)) = slot.get() {
+                for k in m.kernels.values() {
+                    if k.variant.hot && k.local_bytes > 0 {
+                        out.push((k.variant.name, k.local_bytes));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Launches decode / MTP on `stream`.
+    ///
+    /// # Safety
+    /// Every non-zero pointer must address device memory of this context large enough for the sizes
+    /// given (see `RecurrentParams`), and stay valid until the kernel has run.
+    pub unsafe fn launch_recurrent(
+        &self,
+        args: &RecurrentArgs,
+        stream: sys::CUstream,
+    ) -> Result<LaunchInfo> {
+        args.validate()?;
+        let choice = self.choose(&args.shape())?;
+        let params = args.params();
+        self.launch(
+            &choice,
+            &params as *const RecurrentParams as *mut c_void,
+            stream,
+        )
+    }
+
+    /// Launches prefill on `stream`.
+    ///
+    /// # Safety
+    /// As `launch_recurrent`; `cu_seqlens` must hold `num_seqs + 1` valid, non-decreasing offsets ending at
+    /// `total_tokens` (the kernel reads them on the device; they are not checked here).
+    pub unsafe fn launch_prefill(
+        &self,
+        args: &PrefillArgs,
+        stream: sys::CUstream,
+    ) -> Result<LaunchInfo> {
+        args.validate()?;
+        let choice = self.choose(&args.shape())?;
+        let params = args.params();
+        self.launch(
+            &choice,
+            &params as *const PrefillParams as *mut c_void,
+            stream,
+        )
+    }
+
+    /// One launch of a chosen variant with a params struct passed by value.
+    unsafe fn launch(
+        &self,
+        choice: &Choice,
+        params: *mut c_void,
+        stream: sys::CUstream,
+    ) -> Result<LaunchInfo> {
+        let info = LaunchInfo::from(choice);
+        if choice.is_empty() {
+            return Ok(info);
+        }
+        let k = self.kernel(choice.variant)?;
+        let mut args = [params];
+        result::launch_kernel(
+            k.func,
+            choice.grid,
+            (choice.block, 1, 1),
+            choice.dyn_smem,
+            stream,
+            &mut args,
+        )
+        .map_err(|e| {
+            backend_err(drv(
+                &format!(
+                    "launching {} grid {:?} block {} smem {}",
+                    k.variant.name, choice.grid, choice.block, choice.dyn_smem
+                ),
+                e,
+            ))
+        })?;
+        Ok(info)
+    }
+}

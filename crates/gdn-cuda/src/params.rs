@@ -1,0 +1,141 @@
+//! Rust mirrors of the kernels' parameter structs, byte for byte. Each kernel takes its struct by value
+//! (`const XParams p`), so the launch passes a pointer to one of these as the only kernel argument.
+//!
+//! The layouts below are checked at compile time (size and every offset). The CUDA side checks the size
+//! with `static_assert(sizeof(...) == N)`; its offsets are written in the field comments of the .cu files
+//! (NVRTC's front end has no constexpr `offsetof`), and a change there must change these asserts too.
+//! Device pointers are `u64` (a `CUdeviceptr`); 0 is NULL.
+
+use std::mem::{offset_of, size_of};
+
+/// `struct RecurrentParams` of `kernels/recurrent.cu` (decode and MTP), 128 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RecurrentParams {
+    /// bf16 [B, T, H, 128]
+    pub q: u64,
+    /// bf16 [B, T, H, 128]
+    pub k: u64,
+    /// bf16 [B, T, HV, 128]
+    pub v: u64,
+    /// bf16 [B, T, HV]
+    pub a: u64,
+    /// bf16 [B, T, HV]
+    pub b: u64,
+    /// f32 [HV]
+    pub a_log: u64,
+    /// f32 [HV]
+    pub dt_bias: u64,
+    /// f32|bf16 [rows, HV, 128, 128] k-last, or 0 (zero initial state)
+    pub state: u64,
+    /// same dtype/layout as state, or 0 (not written); may equal `state`
+    pub new_state: u64,
+    /// f32 [rows, T, HV, 128, 128], or 0
+    pub intermediate: u64,
+    /// bf16 [B, T, HV, 128]
+    pub out: u64,
+    /// i32 [B] pool row per request (negative = padding), or 0 (row = b)
+    pub state_indices: u64,
+    /// B
+    pub batch: i64,
+    /// rows of the state pool; indices >= this are padding
+    pub num_state_rows: i64,
+    /// resolved output scale
+    pub scale: f32,
+    /// T
+    pub seq_len: i32,
+    /// H
+    pub num_qk_heads: i32,
+    /// HV
+    pub num_v_heads: i32,
+}
+
+const _: () = {
+    assert!(size_of::<RecurrentParams>() == 128);
+    assert!(offset_of!(RecurrentParams, q) == 0);
+    assert!(offset_of!(RecurrentParams, k) == 8);
+    assert!(offset_of!(RecurrentParams, v) == 16);
+    assert!(offset_of!(RecurrentParams, a) == 24);
+    assert!(offset_of!(RecurrentParams, b) == 32);
+    assert!(offset_of!(RecurrentParams, a_log) == 40);
+    assert!(offset_of!(RecurrentParams, dt_bias) == 48);
+    assert!(offset_of!(RecurrentParams, state) == 56);
+    assert!(offset_of!(RecurrentParams, new_state) == 64);
+    assert!(offset_of!(RecurrentParams, intermediate) == 72);
+    assert!(offset_of!(RecurrentParams, out) == 80);
+    assert!(offset_of!(RecurrentParams, state_indices) == 88);
+    assert!(offset_of!(RecurrentParams, batch) == 96);
+    assert!(offset_of!(RecurrentParams, num_state_rows) == 104);
+    assert!(offset_of!(RecurrentParams, scale) == 112);
+    assert!(offset_of!(RecurrentParams, seq_len) == 116);
+    assert!(offset_of!(RecurrentParams, num_qk_heads) == 120);
+    assert!(offset_of!(RecurrentParams, num_v_heads) == 124);
+};
+
+/// `struct PrefillParams` of `kernels/prefill.cu`, 112 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PrefillParams {
+    /// bf16 [T, H, 128]
+    pub q: u64,
+    /// bf16 [T, H, 128]
+    pub k: u64,
+    /// bf16 [T, HV, 128]
+    pub v: u64,
+    /// bf16 [T, HV]
+    pub a: u64,
+    /// bf16 [T, HV]
+    pub b: u64,
+    /// f32 [HV]
+    pub a_log: u64,
+    /// f32 [HV]
+    pub dt_bias: u64,
+    /// i64 [N+1], device memory
+    pub cu_seqlens: u64,
+    /// f32|bf16 [N, HV, 128, 128] k-last, or 0 (zeros)
+    pub state: u64,
+    /// same dtype as state; every row written
+    pub new_state: u64,
+    /// bf16 [T, HV, 128]
+    pub out: u64,
+    /// N
+    pub num_seqs: i64,
+    /// resolved output scale
+    pub scale: f32,
+    /// H
+    pub num_q_heads: i32,
+    /// HV
+    pub num_v_heads: i32,
+    /// explicit padding (0)
+    pub pad0: i32,
+}
+
+const _: () = {
+    assert!(size_of::<PrefillParams>() == 112);
+    assert!(offset_of!(PrefillParams, q) == 0);
+    assert!(offset_of!(PrefillParams, k) == 8);
+    assert!(offset_of!(PrefillParams, v) == 16);
+    assert!(offset_of!(PrefillParams, a) == 24);
+    assert!(offset_of!(PrefillParams, b) == 32);
+    assert!(offset_of!(PrefillParams, a_log) == 40);
+    assert!(offset_of!(PrefillParams, dt_bias) == 48);
+    assert!(offset_of!(PrefillParams, cu_seqlens) == 56);
+    assert!(offset_of!(PrefillParams, state) == 64);
+    assert!(offset_of!(PrefillParams, new_state) == 72);
+    assert!(offset_of!(PrefillParams, out) == 80);
+    assert!(offset_of!(PrefillParams, num_seqs) == 88);
+    assert!(offset_of!(PrefillParams, scale) == 96);
+    assert!(offset_of!(PrefillParams, num_q_heads) == 100);
+    assert!(offset_of!(PrefillParams, num_v_heads) == 104);
+    assert!(offset_of!(PrefillParams, pad0) == 108);
+};
+
+/// The `static_assert(sizeof(...))` each .cu file must carry, checked against the embedded sources by the
+/// tests: (source file, the exact assertion text's start).
+pub const CUDA_SIZE_ASSERTS: &[(&str, &str)] = &[
+    (
+        "recurrent.cu",
+        "static_assert(sizeof(RecurrentParams) == 128",
+    ),
+    // prefill.cu states its size in a comment ("112 bytes") and has no static_assert yet.
+];

@@ -1,0 +1,141 @@
+//! The registry against the kernel sources (GPU-free): every registered kernel is exported by its source,
+//! every exported kernel is registered, and the params structs' sizes and offsets match the .cu files.
+
+use gdn_cuda::registry::{self, VARIANTS};
+use gdn_cuda::sources::SourceSet;
+use std::collections::BTreeSet;
+
+/// Names of kernels a source exports: `extern "C" __global__` functions, plus instantiations of the
+/// files' export macros (`GDN_REC_EXPORT(...)`, `GDN_PREFILL_KERNEL(name, ...)`).
+fn exported(src: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut in_macro = false;
+    for line in src.lines().map(str::trim) {
+        // macro definitions (with their continuation lines) and comments export nothing
+        let continued = in_macro;
+        in_macro = (continued || line.starts_with("#define")) && line.ends_with('\\');
+        if continued || line.starts_with("#define") || line.starts_with("//") {
+            continue;
+        }
+        let rec = line
+            .strip_prefix("GDN_REC_EXPORT(")
+            .or_else(|| line.strip_prefix("GDN_REC_EXPORT_EX("));
+        if let Some(rest) = rec {
+            let a: Vec<&str> = rest
+                .trim_end_matches(')')
+                .split(',')
+                .map(str::trim)
+                .collect();
+            // (ST, SBYTES, TT, TFIX, VEC, RPT, WARPS[, ORDER, HINT, SUFFIX])
+            let suffix = a.get(9).copied().unwrap_or("");
+            out.insert(format!(
+                "gdn_recurrent_{}_{}_v{}r{}w{}{suffix}",
+                a[0], a[2], a[4], a[5], a[6]
+            ));
+        } else if let Some(rest) = line.strip_prefix("GDN_PREFILL_KERNEL(") {
+            out.insert(rest.split(',').next().unwrap().trim().to_string());
+        } else if line.starts_with("extern \"C\" __global__") && !line.contains("##") {
+            let before_paren = line.split('(').next().unwrap();
+            out.insert(before_paren.split_whitespace().last().unwrap().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn registry_and_sources_agree() {
+    let sources = SourceSet::embedded();
+    for m in registry::modules() {
+        let Some(src) = sources.get(m.source) else {
+            panic!("{} is registered but not embedded", m.source);
+        };
+        let ours: BTreeSet<String> = VARIANTS
+            .iter()
+            .filter(|v| v.module.id == m.id)
+            .map(|v| v.name.to_string())
+            .collect();
+        let theirs = exported(src);
+        assert_eq!(ours, theirs, "{}: registry vs exported kernels", m.source);
+    }
+}
+
+/// Offsets written in the field comments of a params struct (`// @16` or `//  16:`), in field order.
+fn commented_offsets(src: &str, name: &str) -> Vec<usize> {
+    let start = src
+        .find(&format!("struct {name} {{"))
+        .expect("struct present");
+    let body = &src[start..start + src[start..].find("};").unwrap()];
+    body.lines()
+        .filter(|l| l.split("//").next().unwrap().contains(';') && l.contains("//"))
+        .map(|l| {
+            let c = l.split("//").nth(1).unwrap().trim_start();
+            let digits: String = c
+                .trim_start_matches('@')
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits
+                .parse()
+                .unwrap_or_else(|_| panic!("no offset in comment: {l}"))
+        })
+        .collect()
+}
+
+#[test]
+fn params_offsets_match_the_cuda_comments() {
+    use gdn_cuda::params::{PrefillParams, RecurrentParams};
+    use std::mem::offset_of;
+    let s = SourceSet::embedded();
+    let rec = [
+        offset_of!(RecurrentParams, q),
+        offset_of!(RecurrentParams, k),
+        offset_of!(RecurrentParams, v),
+        offset_of!(RecurrentParams, a),
+        offset_of!(RecurrentParams, b),
+        offset_of!(RecurrentParams, a_log),
+        offset_of!(RecurrentParams, dt_bias),
+        offset_of!(RecurrentParams, state),
+        offset_of!(RecurrentParams, new_state),
+        offset_of!(RecurrentParams, intermediate),
+        offset_of!(RecurrentParams, out),
+        offset_of!(RecurrentParams, state_indices),
+        offset_of!(RecurrentParams, batch),
+        offset_of!(RecurrentParams, num_state_rows),
+        offset_of!(RecurrentParams, scale),
+        offset_of!(RecurrentParams, seq_len),
+        offset_of!(RecurrentParams, num_qk_heads),
+        offset_of!(RecurrentParams, num_v_heads),
+    ];
+    assert_eq!(
+        commented_offsets(s.get("recurrent.cu").unwrap(), "RecurrentParams"),
+        rec
+    );
+    let pre = [
+        offset_of!(PrefillParams, q),
+        offset_of!(PrefillParams, k),
+        offset_of!(PrefillParams, v),
+        offset_of!(PrefillParams, a),
+        offset_of!(PrefillParams, b),
+        offset_of!(PrefillParams, a_log),
+        offset_of!(PrefillParams, dt_bias),
+        offset_of!(PrefillParams, cu_seqlens),
+        offset_of!(PrefillParams, state),
+        offset_of!(PrefillParams, new_state),
+        offset_of!(PrefillParams, out),
+        offset_of!(PrefillParams, num_seqs),
+        offset_of!(PrefillParams, scale),
+        offset_of!(PrefillParams, num_q_heads),
+        offset_of!(PrefillParams, num_v_heads),
+        offset_of!(PrefillParams, pad0),
+    ];
+    assert_eq!(
+        commented_offsets(s.get("prefill.cu").unwrap(), "PrefillParams"),
+        pre
+    );
+    for (file, text) in gdn_cuda::params::CUDA_SIZE_ASSERTS {
+        assert!(
+            s.get(file).unwrap().contains(text),
+            "{file}: missing `{text}`"
+        );
+    }
+}

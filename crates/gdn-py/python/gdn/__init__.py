@@ -1,0 +1,199 @@
+"""gdn: Gated Delta Net kernels (Qwen3-Next / Qwen3.5 linear attention) for Python.
+
+Three operations with exactly the semantics of the flashinfer-bench GDN definitions
+(``gdn_{decode,prefill,mtp}_qk{H}_v{HV}_d128_k_last``): state ``[rows, HV, V, K]`` fp32 and k-last,
+gates ``g = exp(-exp(A_log) * softplus(a + dt_bias))`` and ``beta = sigmoid(b)`` computed inside, no q/k
+normalisation, ``scale`` None or 0 meaning ``1/sqrt(head_size)``.
+
+Tensors:
+  * torch CUDA tensors: zero-copy; the kernels are launched on ``torch.cuda.current_stream(device)`` of the
+    tensors' device, without host synchronisation. When every output is passed, nothing is allocated, so a
+    call can be captured in a CUDA graph. ``cu_seqlens`` and ``initial_state_indices`` stay on the device
+    and their *values* are not validated there (that would need a copy and a sync): callers must pass a
+    ``cu_seqlens`` that starts at 0, never decreases and ends at the token count. Pool indices outside the pool
+    are treated as padding by the kernels.
+  * torch CPU tensors and NumPy arrays (bf16 through ``ml_dtypes.bfloat16``): gdn's multithreaded CPU backend;
+    here the values of ``cu_seqlens`` and the pool indices are validated too.
+
+Errors: a wrong dtype raises ``TypeError``; a wrong shape, a non-contiguous tensor, mixed devices or invalid
+values raise ``ValueError``; each names the argument. A missing GPU, driver or NVRTC raises ``RuntimeError``
+(``NotImplementedError``, a subclass, for a configuration the CUDA kernels do not support).
+Neither torch nor NumPy is imported by this module: it works with whichever the caller passes.
+``import gdn._torch_ops`` registers ``torch.ops.gdn.{decode,prefill,mtp}`` (custom ops with fake
+implementations) for torch.compile.
+"""
+
+import sys as _sys
+
+from . import _gdn
+
+__all__ = ["decode", "prefill", "mtp", "cuda_unavailable_reason", "__version__"]
+__version__ = _gdn.__version__
+
+_TORCH_DTYPES = {}  # torch.dtype -> definition dtype name, filled on the first torch tensor
+
+
+def _torch_dtype_name(dt):
+    name = _TORCH_DTYPES.get(dt)
+    if name is None:
+        name = str(dt).replace("torch.", "")
+        _TORCH_DTYPES[dt] = name
+    return name
+
+
+def _desc(x, name, fn):
+    """(address, shape, element strides, dtype name, device) of a torch tensor or NumPy array."""
+    if type(x).__module__.startswith("torch"):
+        if x.is_cuda:
+            d = x.get_device()
+        elif x.device.type == "cpu":
+            d = -1
+        else:
+            raise ValueError(f"gdn.{fn}: argument '{name}': unsupported device {x.device} (expected cpu or cuda)")
+        dt = x.dtype
+        return (x.data_ptr(), x.shape, x.stride(), _TORCH_DTYPES.get(dt) or _torch_dtype_name(dt), d)
+    ai = getattr(x, "__array_interface__", None)
+    if ai is None or not hasattr(x, "dtype"):
+        raise TypeError(
+            f"gdn.{fn}: argument '{name}': expected a torch tensor or a NumPy array, got {type(x).__name__}"
+        )
+    isz = x.dtype.itemsize
+    strides = tuple(s // isz if s % isz == 0 else -1 for s in x.strides)
+    return (ai["data"][0], x.shape, strides, x.dtype.name, -1)
+
+
+def _out_desc(x, name, fn):
+    if not type(x).__module__.startswith("torch"):
+        flags = getattr(x, "flags", None)
+        if flags is not None and not flags.writeable:
+            raise ValueError(f"gdn.{fn}: argument '{name}': array is read-only")
+    return _desc(x, name, fn)
+
+
+def _scale(scale, fn):
+    if scale is None or type(scale) is float:
+        return scale
+    try:
+        return float(scale)
+    except (TypeError, ValueError):
+        raise TypeError(f"gdn.{fn}: argument 'scale': expected a float or None, got {type(scale).__name__}") from None
+
+
+def _empty_like_family(ref, shape, dtype_ref, fallback):
+    """An uninitialised array of `shape` of the same kind (torch/NumPy) and device as `ref`. The dtype is
+    `dtype_ref`'s dtype, or float32 when `dtype_ref` is None (`fallback` says which float32)."""
+    if type(ref).__module__.startswith("torch"):
+        torch = _sys.modules["torch"]
+        dt = dtype_ref.dtype if dtype_ref is not None else torch.float32
+        return torch.empty(tuple(shape), dtype=dt, device=ref.device)
+    np = _sys.modules["numpy"]
+    dt = dtype_ref.dtype if dtype_ref is not None else np.float32
+    return np.empty(tuple(shape), dtype=dt)
+
+
+_RAW_STREAM = []  # [torch._C._cuda_getCurrentRawStream or None], looked up once
+
+
+def _stream(device):
+    """The CUstream handle of torch's current stream on `device` (-1: host, no stream)."""
+    if device < 0:
+        return 0
+    if not _RAW_STREAM:
+        _RAW_STREAM.append(getattr(_sys.modules["torch"]._C, "_cuda_getCurrentRawStream", None))
+    raw = _RAW_STREAM[0]
+    if raw is not None:
+        return raw(device)
+    return _sys.modules["torch"].cuda.current_stream(device).cuda_stream
+
+
+def _run(fn, named, scale, output, state_out, state_in, serving=False, state_out_name="new_state"):
+    descs = [None if x is None else _desc(x, n, fn) for n, x in named]
+    plan = _gdn.plan(fn, descs, _scale(scale, fn), serving)
+    q = named[0][1]
+    if output is None:
+        output = _empty_like_family(q, plan.output_shape, q, None)
+    od = _out_desc(output, "output", fn)
+    if fn == "mtp":
+        # definition mode: the pool is not updated and is returned as final_state (no copy);
+        # serving mode: the pool is updated in place.
+        state_out = state_in
+        sd = _out_desc(state_in, "initial_state", fn) if serving else None
+    else:
+        if state_out is None:
+            state_out = _empty_like_family(q, plan.state_shape, state_in, None)
+        sd = _out_desc(state_out, state_out_name, fn)
+    plan.run(od, sd, _stream(plan.device))
+    return output, state_out
+
+
+def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, output=None, new_state=None):
+    """One decode step (T = 1) of Gated Delta Net, as the ``gdn_decode_*`` definitions.
+
+    Args:
+        q, k: ``[B, 1, H, D]`` bfloat16.  v: ``[B, 1, HV, D]`` bfloat16 (HV a multiple of H; D = 128).
+        state: ``[B, HV, D, D]`` float32 (or bfloat16) k-last, or None for a zero state.
+        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[B, 1, HV]`` bfloat16.
+        scale: float; None or 0 means ``1/sqrt(D)``.
+        output: optional ``[B, 1, HV, D]`` bfloat16 destination.
+        new_state: optional ``[B, HV, D, D]`` destination with the state's dtype (float32 when state is None);
+            may be ``state`` itself (updated in place).
+
+    Returns:
+        ``(output, new_state)``. A bfloat16 ``state`` gives a bfloat16 ``new_state`` (math in fp32).
+    """
+    named = (("q", q), ("k", k), ("v", v), ("state", state), ("A_log", A_log), ("a", a),
+             ("dt_bias", dt_bias), ("b", b))
+    return _run("decode", named, scale, output, new_state, state)
+
+
+def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, output=None, new_state=None):
+    """Prefill of packed variable-length sequences, as the ``gdn_prefill_*`` definitions.
+
+    Args:
+        q, k: ``[T, H, D]`` bfloat16.  v: ``[T, HV, D]`` bfloat16 (T = total tokens of all sequences).
+        state: ``[N, HV, D, D]`` float32 (or bfloat16) k-last initial states, or None for zeros.
+        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[T, HV]`` bfloat16.
+        cu_seqlens: ``[N + 1]`` int64 sequence boundaries (0 first, non-decreasing, T last), on the tensors'
+            device. On CUDA its values are not checked (no host sync).
+        scale: float; None or 0 means ``1/sqrt(D)``.
+        output: optional ``[T, HV, D]`` bfloat16 destination.
+        new_state: optional ``[N, HV, D, D]`` destination (may be ``state``: in place).
+
+    Returns:
+        ``(output, new_state)``. A zero-length sequence's ``new_state`` row is zero, as in the definition.
+    """
+    named = (("q", q), ("k", k), ("v", v), ("state", state), ("A_log", A_log), ("a", a),
+             ("dt_bias", dt_bias), ("b", b), ("cu_seqlens", cu_seqlens))
+    return _run("prefill", named, scale, output, new_state, state)
+
+
+def mtp(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale=None,
+        intermediate_states_buffer=None, *, output=None, update_pool=False):
+    """Multi-token verify (T > 1 tokens per request) from a state pool, as the ``gdn_mtp_*`` definitions.
+
+    Args:
+        q, k: ``[B, T, H, D]`` bfloat16.  v: ``[B, T, HV, D]`` bfloat16.
+        initial_state: ``[pool, HV, D, D]`` float32 (or bfloat16) state pool, k-last.
+        initial_state_indices: ``[B]`` int32; request b starts from pool row ``initial_state_indices[b]``.
+        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[B, T, HV]`` bfloat16.
+        scale: float; None or 0 means ``1/sqrt(D)``.
+        intermediate_states_buffer: optional ``[pool, T, HV, D, D]`` float32; row ``initial_state_indices[b]``
+            receives the state after each token of request b (other rows are left as they are).
+        output: optional ``[B, T, HV, D]`` bfloat16 destination.
+        update_pool: False (the definition): the pool is not modified and is returned as ``final_state``
+            (the same tensor, no copy). True (serving): each request's final state is written back to its
+            pool row in place, and index -1 marks a padding request (its output rows are zero, nothing is
+            written for it).
+
+    Returns:
+        ``(output, final_state)`` where ``final_state`` is ``initial_state``.
+    """
+    named = (("q", q), ("k", k), ("v", v), ("initial_state", initial_state),
+             ("initial_state_indices", initial_state_indices), ("A_log", A_log), ("a", a),
+             ("dt_bias", dt_bias), ("b", b), ("intermediate_states_buffer", intermediate_states_buffer))
+    return _run("mtp", named, scale, output, None, initial_state, serving=bool(update_pool))
+
+
+def cuda_unavailable_reason():
+    """None when gdn's CUDA backend can run here; otherwise a sentence saying why (no driver, no NVRTC...)."""
+    return _gdn.cuda_unavailable_reason()

@@ -1,0 +1,168 @@
+//! Device path: CUDA tensors launch gdn-cuda's kernels through its raw-pointer API (`launch.rs`) on the
+//! caller's stream — the tensors' own device pointers, no allocation, no copy, no host synchronisation.
+//!
+//! Per CUDA device, on first use: the driver is loaded, the device's primary context (the one torch uses)
+//! is retained, NVRTC is checked and every kernel module is compiled and loaded up front (disk-cached), so
+//! that nothing is compiled inside a CUDA-graph capture. A failure is remembered and re-raised as a
+//! `RuntimeError` naming what is missing (driver, GPU, architecture, NVRTC, headers).
+
+use crate::args::{gdn_err, ArgError, Checked, Desc};
+use gdn_core::{DType, MtpMode, Op};
+use gdn_cuda::context::Gpu;
+use gdn_cuda::{KernelSet, PrefillArgs, RecurrentArgs, StateDtype};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// One CUDA device's context and loaded kernels.
+struct DeviceKernels {
+    gpu: Gpu,
+    kernels: KernelSet,
+}
+
+type Registry = Mutex<HashMap<i32, Result<Arc<DeviceKernels>, String>>>;
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Restores the calling thread's current CUDA context when dropped: gdn binds the tensors' device's primary
+/// context to launch, and must not change which device torch's runtime sees as current (multi-GPU).
+struct RestoreCtx(Option<cudarc::driver::sys::CUcontext>);
+
+impl RestoreCtx {
+    fn save() -> RestoreCtx {
+        RestoreCtx(cudarc::driver::result::ctx::get_current().ok().flatten())
+    }
+}
+
+impl Drop for RestoreCtx {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            // SAFETY: the context was current on this thread a moment ago (torch keeps it alive).
+            let _ = unsafe { cudarc::driver::result::ctx::set_current(c) };
+        }
+    }
+}
+
+fn open(dev: i32) -> Result<DeviceKernels, String> {
+    gdn_cuda::loader::driver()?;
+    let _restore = RestoreCtx::save();
+    let gpu = Gpu::open(dev)?;
+    gdn_cuda::nvrtc::version()?;
+    let kernels = KernelSet::new(gpu.info.caps(), gpu.arch).map_err(|e| e.to_string())?;
+    // Compile and load every module now; a module that fails only disables its own kernels (the launch
+    // that needs one reports why), so the failures are not fatal here.
+    let _ = kernels.load_all();
+    Ok(DeviceKernels { gpu, kernels })
+}
+
+/// The device's kernels, opened on first use (the GIL is not held while compiling).
+fn device(dev: i32) -> Result<Arc<DeviceKernels>, String> {
+    let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    reg.entry(dev)
+        .or_insert_with(|| open(dev).map(Arc::new))
+        .clone()
+}
+
+/// Why the CUDA backend cannot be used on device 0, or None.
+pub fn unavailable_reason() -> Option<String> {
+    device(0).err()
+}
+
+fn state_dtype(d: DType) -> StateDtype {
+    if d == DType::BF16 {
+        StateDtype::BF16
+    } else {
+        StateDtype::F32
+    }
+}
+
+/// Launches a validated device problem on `stream` (a `CUstream` handle) of device `dev`.
+pub fn run(
+    c: &Checked,
+    dev: i32,
+    output: &Desc,
+    state_out: Option<&Desc>,
+    stream: u64,
+) -> Result<(), ArgError> {
+    let p = &c.problem;
+    let op = p.def.op;
+    let fail = |e: String| ArgError::Runtime(format!("gdn.{}: CUDA backend: {e}", op.name()));
+    let d = device(dev).map_err(fail)?;
+    if p.dims.total_tokens == 0 && (op != Op::Prefill || p.dims.num_seqs == 0) {
+        return Ok(()); // nothing to compute or write
+    }
+    let _restore = RestoreCtx::save();
+    d.gpu.bind().map_err(fail)?;
+    let ptr = |n: &str| c.get(n).map_or(0, Desc::ptr);
+    let h = &p.def.heads;
+    let sd = Some(state_dtype(p.state_out_dtype()));
+    let cu_stream = stream as usize as cudarc::driver::sys::CUstream;
+    // SAFETY: every pointer comes from a validated descriptor: a live CUDA tensor of device `dev` with the
+    // dtype and exact shape the kernels expect (contiguous, 16-byte aligned), kept alive by the Python
+    // caller until the call returns and by the caller's stream order afterwards (as for any torch op).
+    let r = unsafe {
+        match op {
+            Op::Prefill => d.kernels.launch_prefill(
+                &PrefillArgs {
+                    q: ptr("q"),
+                    k: ptr("k"),
+                    v: ptr("v"),
+                    a: ptr("a"),
+                    b: ptr("b"),
+                    a_log: ptr("A_log"),
+                    dt_bias: ptr("dt_bias"),
+                    cu_seqlens: ptr("cu_seqlens"),
+                    state: ptr("state"),
+                    new_state: state_out.map_or(0, Desc::ptr),
+                    out: output.ptr(),
+                    num_seqs: p.dims.num_seqs,
+                    total_tokens: p.dims.total_tokens,
+                    num_q_heads: h.num_q_heads,
+                    num_v_heads: h.num_v_heads,
+                    head_size: h.head_size,
+                    scale: p.scale,
+                    state_dtype: sd,
+                },
+                cu_stream,
+            ),
+            Op::Decode | Op::Mtp => {
+                let (state, new_state) = match (op, p.mtp_mode) {
+                    (Op::Decode, _) => (ptr("state"), state_out.map_or(0, Desc::ptr)),
+                    (_, MtpMode::Serving) => (ptr("initial_state"), ptr("initial_state")),
+                    (_, MtpMode::Definition) => (ptr("initial_state"), 0),
+                };
+                d.kernels.launch_recurrent(
+                    &RecurrentArgs {
+                        q: ptr("q"),
+                        k: ptr("k"),
+                        v: ptr("v"),
+                        a: ptr("a"),
+                        b: ptr("b"),
+                        a_log: ptr("A_log"),
+                        dt_bias: ptr("dt_bias"),
+                        state,
+                        new_state,
+                        intermediate: ptr("intermediate_states_buffer"),
+                        out: output.ptr(),
+                        state_indices: ptr("initial_state_indices"),
+                        batch: p.dims.num_seqs,
+                        seq_len: p.dims.seq_len,
+                        num_state_rows: p.dims.state_rows,
+                        num_q_heads: h.num_q_heads,
+                        num_v_heads: h.num_v_heads,
+                        head_size: h.head_size,
+                        scale: p.scale,
+                        state_dtype: sd,
+                    },
+                    cu_stream,
+                )
+            }
+        }
+    };
+    r.map(|_| ()).map_err(|e| match e {
+        gdn_core::GdnError::Backend { .. } => fail(e.to_string()),
+        e => gdn_err(op, e),
+    })
+}

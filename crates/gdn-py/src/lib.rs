@@ -1,0 +1,128 @@
+//! `gdn._gdn`: the Rust half of the Python module `gdn` (python/gdn/__init__.py is the public API).
+//!
+//! A call is two steps, so that Python can allocate missing outputs between them:
+//!   `plan(op, inputs, scale, serving)` validates every input (no data is read) and returns a [`Plan`]
+//!   that knows the output shapes; `Plan.run(output, state_out, stream)` validates the destinations and
+//!   runs on the host (CPU backend) or launches on the CUDA stream given (no allocation, no sync).
+
+mod args;
+mod device;
+mod host;
+
+use args::{check_dest, check_inputs, ArgError, Checked, Desc, Device};
+use gdn_core::Op;
+use pyo3::prelude::*;
+
+fn parse_op(op: &str) -> PyResult<Op> {
+    match op {
+        "decode" => Ok(Op::Decode),
+        "prefill" => Ok(Op::Prefill),
+        "mtp" => Ok(Op::Mtp),
+        _ => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "gdn: unknown operation '{op}'"
+        ))),
+    }
+}
+
+/// A validated call, waiting for its destinations.
+#[pyclass(frozen, module = "gdn._gdn")]
+struct Plan {
+    c: Checked,
+}
+
+#[pymethods]
+impl Plan {
+    /// Shape of `output`.
+    #[getter]
+    fn output_shape(&self) -> Vec<usize> {
+        self.c.problem.output_shape()
+    }
+    /// Shape of the state output (`new_state` / `final_state`).
+    #[getter]
+    fn state_shape(&self) -> Vec<usize> {
+        self.c.problem.state_shape()
+    }
+    /// dtype name of the state output (`float32`, or `bfloat16` for a bf16 state).
+    #[getter]
+    fn state_dtype(&self) -> &'static str {
+        self.c.problem.state_out_dtype().name()
+    }
+    /// -1 for the host, else the CUDA device index.
+    #[getter]
+    fn device(&self) -> i64 {
+        match self.c.device {
+            Device::Host => -1,
+            Device::Cuda(i) => i as i64,
+        }
+    }
+    /// The resolved scale (never 0).
+    #[getter]
+    fn scale(&self) -> f32 {
+        self.c.problem.scale
+    }
+
+    /// Checks the destinations and runs. `state_out` is None only for MTP in definition mode (pool not
+    /// updated); in serving mode it is the pool itself. `stream` is the CUDA stream handle (ignored on host).
+    #[pyo3(signature = (output, state_out, stream=0))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        output: Desc,
+        state_out: Option<Desc>,
+        stream: u64,
+    ) -> PyResult<()> {
+        let c = &self.c;
+        let p = &c.problem;
+        check_dest(
+            c,
+            "output",
+            &output,
+            gdn_core::DType::BF16,
+            &p.output_shape(),
+        )?;
+        let state_name = p.def.state_output();
+        match (&state_out, p.def.op) {
+            (Some(d), _) => check_dest(c, state_name, d, p.state_out_dtype(), &p.state_shape())?,
+            (None, Op::Mtp) => {}
+            (None, _) => {
+                return Err(
+                    ArgError::Value(format!("gdn: '{state_name}' destination missing")).into(),
+                )
+            }
+        }
+        let r = match c.device {
+            Device::Host => py.detach(|| host::run(c, &output, state_out.as_ref())),
+            Device::Cuda(dev) => {
+                py.detach(|| device::run(c, dev, &output, state_out.as_ref(), stream))
+            }
+        };
+        r.map_err(Into::into)
+    }
+}
+
+/// Validates the inputs of one call. `inputs`: descriptors (or None) in the definition's input order
+/// without `scale`; `scale`: None or 0 = 1/sqrt(head_size); `serving`: MTP writes the final state back to
+/// the pool.
+#[pyfunction]
+#[pyo3(signature = (op, inputs, scale=None, serving=false))]
+fn plan(op: &str, inputs: Vec<Option<Desc>>, scale: Option<f32>, serving: bool) -> PyResult<Plan> {
+    let op = parse_op(op)?;
+    Ok(Plan {
+        c: check_inputs(op, inputs, scale, serving)?,
+    })
+}
+
+/// Why the CUDA backend cannot run here, or None when it can (loads the driver and NVRTC on first use).
+#[pyfunction]
+fn cuda_unavailable_reason(py: Python<'_>) -> Option<String> {
+    py.detach(device::unavailable_reason)
+}
+
+#[pymodule]
+fn _gdn(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
+    m.add_class::<Plan>()?;
+    Ok(())
+}

@@ -1,0 +1,432 @@
+"""CPU tests of the `gdn` Python module (run in CI: no GPU, no torch; NumPy + ml_dtypes).
+
+Checks the CPU backend against a NumPy float64 reference written here from the definitions' math, every
+validation error class (TypeError / ValueError naming the argument), and that a missing GPU is a clear
+RuntimeError.
+"""
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gdn
+from gdn import _gdn
+
+BF16 = ml_dtypes.bfloat16
+HEADS = [(4, 8), (2, 8), (16, 32)]
+D = 128
+
+
+# ------------------------------------------------------------------ float64 reference (GDN.md §1)
+def ref_seq(q, k, v, S, A_log, a, dt_bias, b, scale, inter=None):
+    """One sequence, token-major: q,k [T,H,D], v [T,HV,D], a,b [T,HV], S [HV,V,K] float64 (updated).
+    Returns out [T,HV,D] float64 and the final state; inter (if given) receives the state after each token."""
+    f = lambda x: np.asarray(x).astype(np.float64)
+    q, k, v, a, b = f(q), f(k), f(v), f(a), f(b)
+    H, HV = q.shape[1], v.shape[1]
+    g = np.exp(-np.exp(f(A_log)) * np.logaddexp(0.0, a + f(dt_bias)))
+    beta = 1.0 / (1.0 + np.exp(-b))
+    out = np.zeros(v.shape)
+    for t in range(q.shape[0]):
+        qq = np.repeat(q[t], HV // H, axis=0)
+        kk = np.repeat(k[t], HV // H, axis=0)
+        S = g[t][:, None, None] * S
+        u = np.einsum("hvk,hk->hv", S, kk)
+        delta = beta[t][:, None] * (v[t] - u)
+        S = S + delta[:, :, None] * kk[:, None, :]
+        out[t] = scale * np.einsum("hvk,hk->hv", S, qq)
+        if inter is not None:
+            inter[t] = S
+    return out, S
+
+
+def _scale(scale):
+    return 1.0 / math.sqrt(D) if scale is None or scale == 0 else scale
+
+
+def ref_prefill(q, k, v, state, A_log, a, dt_bias, b, cu, scale):
+    N, HV = len(cu) - 1, v.shape[1]
+    out = np.zeros(v.shape)
+    ns = np.zeros((N, HV, D, D))
+    for n in range(N):
+        s0, s1 = cu[n], cu[n + 1]
+        if s1 == s0:
+            continue  # the definition skips empty sequences: their new_state row stays zero
+        S = np.zeros((HV, D, D)) if state is None else state[n].astype(np.float64)
+        out[s0:s1], ns[n] = ref_seq(q[s0:s1], k[s0:s1], v[s0:s1], S, A_log, a[s0:s1], dt_bias, b[s0:s1],
+                                    _scale(scale))
+    return out, ns
+
+
+def ref_decode(q, k, v, state, A_log, a, dt_bias, b, scale):
+    B = q.shape[0]
+    cu = np.arange(B + 1)
+    out, ns = ref_prefill(q[:, 0], k[:, 0], v[:, 0], state, A_log, a[:, 0], dt_bias, b[:, 0], cu, scale)
+    return out[:, None], ns
+
+
+def ref_mtp(q, k, v, pool, idx, A_log, a, dt_bias, b, scale, inter=None, serving=False):
+    """Returns (output, final pool, intermediate buffer) in float64."""
+    B, T, HV = q.shape[0], q.shape[1], v.shape[2]
+    out = np.zeros(v.shape)
+    fin = pool.astype(np.float64).copy()
+    ib = None if inter is None else inter.astype(np.float64).copy()
+    for r in range(B):
+        i = int(idx[r])
+        if i < 0:
+            continue
+        it = np.zeros((T, HV, D, D)) if ib is not None else None
+        out[r], S = ref_seq(q[r], k[r], v[r], pool[i].astype(np.float64), A_log, a[r], dt_bias, b[r],
+                            _scale(scale), it)
+        if ib is not None:
+            ib[i] = it
+        if serving:
+            fin[i] = S
+    return out, fin, ib
+
+
+# ------------------------------------------------------------------ inputs and comparison
+def rnd(seed):
+    return np.random.default_rng(seed)
+
+
+def normed(r, *shape):
+    x = r.standard_normal(shape)
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(BF16)
+
+
+def gates(r, HV, lead):
+    A_log = np.log(r.random(HV) * 15 + 1).astype(np.float32)
+    dt_bias = r.standard_normal(HV).astype(np.float32)
+    a = r.standard_normal(lead + (HV,)).astype(BF16)
+    b = r.standard_normal(lead + (HV,)).astype(BF16)
+    return A_log, a, dt_bias, b
+
+
+def decode_inputs(B, H, HV, seed=0, raw=True, state_dtype=np.float32, with_state=True):
+    r = rnd(seed)
+    if raw:  # the contest's random workloads: randn q/k, not normalised (|k|^2 ~ 128)
+        q = r.standard_normal((B, 1, H, D)).astype(BF16)
+        k = r.standard_normal((B, 1, H, D)).astype(BF16)
+    else:
+        q, k = normed(r, B, 1, H, D), normed(r, B, 1, H, D)
+    v = r.standard_normal((B, 1, HV, D)).astype(BF16)
+    state = (0.1 * r.standard_normal((B, HV, D, D))).astype(state_dtype) if with_state else None
+    A_log, a, dt_bias, b = gates(r, HV, (B, 1))
+    return q, k, v, state, A_log, a, dt_bias, b
+
+
+def prefill_inputs(lens, H, HV, seed=0, state_dtype=np.float32, with_state=True):
+    r = rnd(seed)
+    T, N = sum(lens), len(lens)
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    q, k = normed(r, T, H, D), normed(r, T, H, D)
+    v = r.standard_normal((T, HV, D)).astype(BF16)
+    state = (0.1 * r.standard_normal((N, HV, D, D))).astype(state_dtype) if with_state else None
+    A_log, a, dt_bias, b = gates(r, HV, (T,))
+    return q, k, v, state, A_log, a, dt_bias, b, cu
+
+
+def mtp_inputs(B, T, pool, H, HV, seed=0, state_dtype=np.float32):
+    r = rnd(seed)
+    q, k = normed(r, B, T, H, D), normed(r, B, T, H, D)
+    v = r.standard_normal((B, T, HV, D)).astype(BF16)
+    st = (0.1 * r.standard_normal((pool, HV, D, D))).astype(state_dtype)
+    idx = r.permutation(pool)[:B].astype(np.int32)
+    A_log, a, dt_bias, b = gates(r, HV, (B, T))
+    return q, k, v, st, idx, A_log, a, dt_bias, b
+
+
+def check_close(x, y, what, rel_l2):
+    """Contest rule (fail only if |x-y| > 1e-2 and |x-y|/(|y|+1e-8) > 1e-2), finiteness, and a rel-L2 bound."""
+    x = np.asarray(x).astype(np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    assert x.shape == y.shape, f"{what}: shape {x.shape} vs {y.shape}"
+    assert np.isfinite(x).all(), f"{what}: {np.count_nonzero(~np.isfinite(x))} non-finite values"
+    d = np.abs(x - y)
+    bad = (d > 1e-2) & (d / (np.abs(y) + 1e-8) > 1e-2)
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, d, 0)), d.shape)
+        pytest.fail(f"{what}: {bad.sum()} elements out of tolerance; worst at {i}: {x[i]} vs {y[i]}")
+    rel = np.linalg.norm(x - y) / (np.linalg.norm(y) + 1e-30)
+    assert rel <= rel_l2, f"{what}: rel-L2 {rel:.2e} > {rel_l2:.0e}"
+
+
+OUT_L2 = 8e-3  # bf16 output rounding (2^-9 relative) plus fp32 math
+STATE_L2 = {np.float32: 1e-5, BF16: 8e-3}
+
+
+# ------------------------------------------------------------------ numerics
+def test_import():
+    assert isinstance(gdn.__version__, str)
+    assert callable(gdn.decode) and callable(gdn.prefill) and callable(gdn.mtp)
+
+
+@pytest.mark.parametrize("H,HV", HEADS)
+@pytest.mark.parametrize("scale", [None, 0.0, 0.05])
+@pytest.mark.parametrize("B", [1, 3])
+def test_decode(H, HV, scale, B):
+    x = decode_inputs(B, H, HV, seed=B)
+    o, ns = gdn.decode(*x, scale)
+    ro, rs = ref_decode(*x, scale)
+    assert o.dtype == BF16 and o.shape == (B, 1, HV, D)
+    assert ns.dtype == np.float32 and ns.shape == (B, HV, D, D)
+    check_close(o, ro, "output", OUT_L2)
+    check_close(ns, rs, "new_state", STATE_L2[np.float32])
+
+
+@pytest.mark.parametrize("H,HV", HEADS)
+def test_decode_zero_state_and_normalised(H, HV):
+    x = decode_inputs(4, H, HV, seed=7, raw=False, with_state=False)
+    o, ns = gdn.decode(*x)
+    ro, rs = ref_decode(*x, None)
+    check_close(o, ro, "output", OUT_L2)
+    check_close(ns, rs, "new_state", STATE_L2[np.float32])
+
+
+def test_decode_in_place_and_given_outputs():
+    x = list(decode_inputs(3, 4, 8, seed=3))
+    ro, rs = ref_decode(*x, None)
+    state = x[3]
+    out = np.full((3, 1, 8, D), np.nan, dtype=BF16)
+    o, ns = gdn.decode(*x, output=out, new_state=state)
+    assert o is out and ns is state
+    check_close(out, ro, "output", OUT_L2)
+    check_close(state, rs, "new_state (in place)", STATE_L2[np.float32])
+
+
+@pytest.mark.parametrize("H,HV", HEADS)
+def test_decode_bf16_state(H, HV):
+    x = decode_inputs(3, H, HV, seed=11, state_dtype=BF16)
+    o, ns = gdn.decode(*x)
+    ro, rs = ref_decode(*x, None)
+    assert ns.dtype == BF16
+    check_close(o, ro, "output", OUT_L2)
+    check_close(ns, rs, "new_state bf16", STATE_L2[BF16])
+
+
+LENS = [0, 1, 63, 64, 65]
+
+
+@pytest.mark.parametrize("H,HV", HEADS)
+@pytest.mark.parametrize("scale", [None, 0.0, 0.07])
+def test_prefill(H, HV, scale):
+    x = prefill_inputs(LENS, H, HV, seed=5)
+    o, ns = gdn.prefill(*x, scale)
+    ro, rs = ref_prefill(*x, scale)
+    assert o.shape == (sum(LENS), HV, D) and ns.shape == (len(LENS), HV, D, D)
+    check_close(o, ro, "output", OUT_L2)
+    check_close(ns, rs, "new_state", STATE_L2[np.float32])
+    assert not ns[0].any(), "a zero-length sequence leaves its new_state row zero"
+
+
+def test_prefill_zero_state_in_place_bf16():
+    x = prefill_inputs([65, 0, 3], 4, 8, seed=6, with_state=False)
+    o, ns = gdn.prefill(*x)
+    ro, rs = ref_prefill(*x, None)
+    check_close(o, ro, "output (state None)", OUT_L2)
+    check_close(ns, rs, "new_state (state None)", STATE_L2[np.float32])
+
+    x = list(prefill_inputs([2, 64, 1], 2, 8, seed=8))
+    ro, rs = ref_prefill(*x, None)
+    st = x[3]
+    o, ns = gdn.prefill(*x, new_state=st)
+    assert ns is st
+    check_close(st, rs, "new_state (in place)", STATE_L2[np.float32])
+
+    x = prefill_inputs([5, 64], 4, 8, seed=9, state_dtype=BF16)
+    o, ns = gdn.prefill(*x)
+    ro, rs = ref_prefill(*x, None)
+    assert ns.dtype == BF16
+    check_close(o, ro, "output (bf16 state)", OUT_L2)
+    check_close(ns, rs, "new_state (bf16 state)", STATE_L2[BF16])
+
+
+def test_prefill_no_sequences():
+    x = prefill_inputs([], 4, 8, seed=1)
+    o, ns = gdn.prefill(*x)
+    assert o.shape == (0, 8, D) and ns.shape == (0, 8, D, D)
+
+
+@pytest.mark.parametrize("H,HV", HEADS)
+@pytest.mark.parametrize("with_inter", [False, True])
+def test_mtp_definition_mode(H, HV, with_inter):
+    B, T, pool = 3, 4, 5
+    x = mtp_inputs(B, T, pool, H, HV, seed=12)
+    pool0 = x[3].copy()
+    inter = np.full((pool, T, HV, D, D), 7.0, dtype=np.float32) if with_inter else None
+    o, fin = gdn.mtp(*x, None, inter)
+    ro, rfin, ri = ref_mtp(*x, None, inter)
+    assert fin is x[3], "definition mode returns the pool itself"
+    assert np.array_equal(x[3], pool0), "definition mode leaves the pool untouched"
+    check_close(o, ro, "output", OUT_L2)
+    if with_inter:
+        check_close(inter, ri, "intermediate_states_buffer", STATE_L2[np.float32])
+        untouched = sorted(set(range(pool)) - set(x[4].tolist()))
+        assert (inter[untouched] == 7.0).all(), "rows of unused pool slots keep their values"
+
+
+@pytest.mark.parametrize("state_dtype", [np.float32, BF16])
+def test_mtp_serving_padding(state_dtype):
+    B, T, pool = 4, 3, 6
+    x = list(mtp_inputs(B, T, pool, 4, 8, seed=13, state_dtype=state_dtype))
+    x[4] = np.array([3, -1, 0, 5], dtype=np.int32)
+    inter = np.zeros((pool, T, 8, D, D), dtype=np.float32)
+    ro, rfin, ri = ref_mtp(*x, 0.0, inter, serving=True)
+    pool_ref = x[3]
+    o, fin = gdn.mtp(*x, 0.0, inter, update_pool=True)
+    assert fin is pool_ref
+    assert not o[1].astype(np.float32).any(), "padding request: output rows are zero"
+    check_close(o, ro, "output", OUT_L2)
+    check_close(fin, rfin, "final_state (pool)", STATE_L2[state_dtype])
+    check_close(inter, ri, "intermediate_states_buffer", STATE_L2[np.float32])
+
+
+def test_mtp_given_output():
+    x = mtp_inputs(2, 2, 2, 4, 8, seed=14)
+    out = np.empty((2, 2, 8, D), dtype=BF16)
+    o, _ = gdn.mtp(*x, output=out)
+    assert o is out
+    check_close(out, ref_mtp(*x, None)[0], "output", OUT_L2)
+
+
+# ------------------------------------------------------------------ validation errors
+def decode_args(**over):
+    names = ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b"]
+    d = dict(zip(names, decode_inputs(2, 4, 8, seed=1)))
+    d.update(over)
+    return d
+
+
+def call_decode(**over):
+    d = decode_args(**over)
+    kw = {n: d.pop(n) for n in ("output", "new_state", "scale") if n in d}
+    return gdn.decode(*d.values(), **kw)
+
+
+def err(cls, arg, fn, **over):
+    with pytest.raises(cls) as e:
+        fn(**over)
+    assert f"'{arg}'" in str(e.value), str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("arg,bad", [
+    ("q", np.float32), ("k", np.float16), ("v", np.float32), ("state", np.float64), ("A_log", BF16),
+    ("a", np.float32), ("dt_bias", np.float64), ("b", np.int32),
+])
+def test_decode_wrong_dtype(arg, bad):
+    d = decode_args()
+    msg = err(TypeError, arg, call_decode, **{arg: d[arg].astype(bad)})
+    assert msg.startswith("gdn.decode: argument") and "expected dtype" in msg
+
+
+def test_decode_output_errors():
+    err(TypeError, "output", call_decode, output=np.empty((2, 1, 8, D), np.float32))
+    err(ValueError, "output", call_decode, output=np.empty((2, 1, 8, 64), BF16))
+    err(TypeError, "new_state", call_decode, new_state=np.empty((2, 8, D, D), BF16))
+    err(ValueError, "new_state", call_decode, new_state=np.empty((3, 8, D, D), np.float32))
+    ro = np.empty((2, 1, 8, D), BF16)
+    ro.flags.writeable = False
+    err(ValueError, "output", call_decode, output=ro)
+
+
+def test_decode_shape_errors():
+    d = decode_args()
+    err(ValueError, "k", call_decode, k=d["k"][:1])
+    err(ValueError, "q", call_decode, q=d["q"][:, 0])
+    err(ValueError, "v", call_decode, v=np.zeros((2, 1, 6, D), BF16))  # 6 value heads for 4 q heads
+    err(ValueError, "state", call_decode, state=d["state"][:, :, :64])
+    err(ValueError, "A_log", call_decode, A_log=d["A_log"][:4])
+    err(ValueError, "b", call_decode, b=d["b"][:, :, :3])
+    err(ValueError, "q", call_decode, q=np.zeros((2, 2, 4, D), BF16))  # decode has seq_len 1
+
+
+def test_contiguity_errors():
+    d = decode_args()
+    kt = np.ascontiguousarray(d["k"].transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
+    msg = err(ValueError, "k", call_decode, k=kt)
+    assert "contiguous" in msg
+    st = np.zeros((2, 8, D, 2 * D), np.float32)[..., ::2]
+    err(ValueError, "state", call_decode, state=st)
+
+
+def test_non_array_and_scale_errors():
+    d = decode_args()
+    err(TypeError, "v", call_decode, v=d["v"].tolist())
+    err(TypeError, "scale", call_decode, scale="big")
+    err(ValueError, "scale", call_decode, scale=float("nan"))
+    with pytest.raises(ValueError, match="'q'"):
+        call_decode(q=None)
+
+
+def prefill_call(**over):
+    names = ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "cu_seqlens"]
+    d = dict(zip(names, prefill_inputs([3, 0, 4], 4, 8, seed=2)))
+    d.update(over)
+    return gdn.prefill(*d.values())
+
+
+def test_prefill_errors():
+    err(TypeError, "cu_seqlens", prefill_call, cu_seqlens=np.array([0, 3, 3, 7], np.int32))
+    err(ValueError, "cu_seqlens", prefill_call, cu_seqlens=np.array([1, 3, 3, 7], np.int64))
+    err(ValueError, "cu_seqlens", prefill_call, cu_seqlens=np.array([0, 3, 2, 7], np.int64))
+    err(ValueError, "cu_seqlens", prefill_call, cu_seqlens=np.array([0, 3, 3, 6], np.int64))
+    err(ValueError, "state", prefill_call, cu_seqlens=np.array([0, 3, 7], np.int64))
+    err(ValueError, "k", prefill_call, k=np.zeros((6, 4, D), BF16))
+
+
+def mtp_call(**over):
+    names = ["q", "k", "v", "initial_state", "initial_state_indices", "A_log", "a", "dt_bias", "b"]
+    d = dict(zip(names, mtp_inputs(3, 2, 4, 4, 8, seed=3)))
+    kw = {n: over.pop(n) for n in ("intermediate_states_buffer", "update_pool") if n in over}
+    d.update(over)
+    return gdn.mtp(*d.values(), **kw)
+
+
+def test_mtp_errors():
+    idx = lambda *i: np.array(i, np.int32)
+    err(TypeError, "initial_state_indices", mtp_call, initial_state_indices=idx(0, 1, 2).astype(np.int64))
+    err(ValueError, "initial_state_indices", mtp_call, initial_state_indices=idx(0, 1, 4))
+    msg = err(ValueError, "initial_state_indices", mtp_call, initial_state_indices=idx(0, -1, 2))
+    assert "serving" in msg
+    inter = np.zeros((4, 2, 8, D, D), np.float32)
+    err(ValueError, "initial_state_indices", mtp_call, initial_state_indices=idx(0, 2, 2),
+        intermediate_states_buffer=inter)
+    err(ValueError, "initial_state_indices", mtp_call, initial_state_indices=idx(1, 1, 2), update_pool=True)
+    mtp_call(initial_state_indices=idx(1, 1, 2))  # duplicates are fine when nothing is written per row
+    err(TypeError, "intermediate_states_buffer", mtp_call, intermediate_states_buffer=inter.astype(BF16))
+    err(ValueError, "intermediate_states_buffer", mtp_call, intermediate_states_buffer=inter[:, :1])
+    r = rnd(0)
+    err(ValueError, "q", mtp_call, q=normed(r, 3, 1, 4, D), k=normed(r, 3, 1, 4, D),
+        v=np.zeros((3, 1, 8, D), BF16), a=np.zeros((3, 1, 8), BF16), b=np.zeros((3, 1, 8), BF16))
+    with pytest.raises(ValueError, match="'initial_state'"):
+        mtp_call(initial_state=None)
+
+
+def fake_descs(op_inputs, device_of):
+    """Descriptors for _gdn.plan (definition order) with fake, never dereferenced addresses."""
+    out = []
+    for n, x in op_inputs:
+        isz = x.dtype.itemsize
+        out.append((4096, x.shape, tuple(s // isz for s in x.strides), x.dtype.name, device_of(n)))
+    return out
+
+
+def test_mixed_devices_and_missing_gpu():
+    names = ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b"]
+    x = list(zip(names, decode_inputs(2, 4, 8)))
+    with pytest.raises(ValueError, match="'k'.*one device"):
+        _gdn.plan("decode", fake_descs(x, lambda n: -1 if n == "q" else 0))
+    # Everything "on cuda:0": validation passes; running needs the GPU runtime, absent here -> RuntimeError.
+    plan = _gdn.plan("decode", fake_descs(x, lambda n: 0))
+    assert plan.device == 0 and tuple(plan.output_shape) == (2, 1, 8, D)
+    o = (8192, (2, 1, 8, D), (8 * D, 8 * D, D, 1), "bfloat16", 0)
+    s = (16384, (2, 8, D, D), (8 * D * D, D * D, D, 1), "float32", 0)
+    reason = gdn.cuda_unavailable_reason()
+    if reason is None:
+        pytest.skip("a GPU is present: the fake device addresses must not be launched on")
+    assert isinstance(reason, str) and reason
+    with pytest.raises(RuntimeError):
+        plan.run(o, s, 0)

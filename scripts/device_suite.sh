@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# scripts/device_suite.sh — the whole GPU suite, in one call on the lent GPU machine (no Rust there).
+#
+# Runs the prebuilt binaries carried with the call (build them here first: `cargo build --release` and
+# `cargo build --release -p gdn-cuda --bins`; then `run` with carry ["target/release/gdn",
+# "target/release/gdn-cuda-smoke"]):
+#   1. env       nvidia-smi, the CUDA libraries the loader sees
+#   2. kernels   gdn kernels --arch sm_90a --policy      (NVRTC compile of every variant, resources)
+#   3. smoke     gdn-cuda-smoke                           (runtime self-test: loading, test kernel, tiers)
+#   4. check     gdn check --backend cuda                 (full correctness sweep vs the float64 reference)
+#   5. bench     gdn bench --backend cuda                 (correctness, then the timing tiers + copy floor)
+#   6. memcheck  compute-sanitizer --tool memcheck  on gdn check --quick --backend cuda
+#   7. racecheck compute-sanitizer --tool racecheck on gdn check --quick --backend cuda --op prefill
+#                (the only kernels with shared memory; the recurrent kernels use none)
+# Files under $OUT (at most 8, flat): summary.txt, check.json, bench.json, logs.tar.gz.
+# Prints a short summary last. Exit code: 0 when every step passed.
+# Knobs (environment): GDN (binary), SMOKE, STEPS (e.g. "kernels check"), CHECK_ARGS, BENCH_ARGS,
+# T_<STEP> (seconds per step; defaults below), GDN_CACHE_DIR (NVRTC cache; shared by all steps).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-/tmp/gdn-device-out}
+mkdir -p "$OUT"
+GDN=${GDN:-target/release/gdn}
+SMOKE=${SMOKE:-target/release/gdn-cuda-smoke}
+STEPS=${STEPS:-"env kernels smoke check bench memcheck racecheck"}
+CHECK_ARGS=${CHECK_ARGS:-}
+BENCH_ARGS=${BENCH_ARGS:-}
+export GDN_CACHE_DIR=${GDN_CACHE_DIR:-/tmp/gdn-cache}
+LOGS=$(mktemp -d)
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+failed=0
+
+# step NAME TIMEOUT CMD... — runs CMD with a time limit, logs to $LOGS/NAME.log, records rc and seconds.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local t0 rc failed_before=$failed
+    t0=$(date +%s.%N)
+    timeout --signal=KILL "$limit" "$@" >"$LOGS/$name.log" 2>&1
+    rc=$?
+    local secs
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    local verdict=ok
+    if [ "$rc" -eq 137 ]; then
+        verdict="TIMEOUT after ${limit}s"; failed=1
+    elif [ "$rc" -ne 0 ]; then
+        verdict="FAILED rc=$rc"; failed=1
+        # a sanitizer step fails on sanitizer findings only (rc $SAN_RC); a failing check case under it is
+        # the check step's business
+        case $name in memcheck | racecheck)
+            if [ "$rc" -ne "$SAN_RC" ] && grep -qE "ERROR SUMMARY: 0 errors|0 hazards displayed \(0 errors" "$LOGS/$name.log"; then
+                verdict="ok (clean; checked program rc=$rc)"; failed=$failed_before
+            fi ;;
+        esac
+    fi
+    printf '%-10s %-22s %6ss  %s\n' "$name" "$verdict" "$secs" "$*" >>"$SUMMARY"
+}
+
+has() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+if has env; then
+    step env "${T_ENV:-30}" bash -c 'nvidia-smi; ldconfig -p | grep -E "libcuda\.so|libnvrtc" ; \
+        command -v compute-sanitizer; ls /usr/local/cuda/include/cuda_bf16.h; true'
+fi
+if [ ! -x "$GDN" ]; then
+    echo "error: $GDN not found: build with cargo build --release and carry it" | tee -a "$SUMMARY"
+    exit 1
+fi
+has kernels && step kernels "${T_KERNELS:-120}" "$GDN" kernels --arch sm_90a --policy
+if has smoke; then
+    if [ -x "$SMOKE" ]; then step smoke "${T_SMOKE:-120}" "$SMOKE"; else
+        echo "smoke      skipped: $SMOKE not carried" >>"$SUMMARY"; fi
+fi
+# shellcheck disable=SC2086
+has check && step check "${T_CHECK:-240}" "$GDN" check --backend cuda --json "$OUT/check.json" $CHECK_ARGS
+# shellcheck disable=SC2086
+has bench && step bench "${T_BENCH:-300}" "$GDN" bench --backend cuda --json "$OUT/bench.json" $BENCH_ARGS
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+SAN_RC=99
+if has memcheck; then
+    step memcheck "${T_MEMCHECK:-240}" "$SAN" --tool memcheck --error-exitcode "$SAN_RC" --leak-check full \
+        "$GDN" check --quick --backend cuda
+fi
+if has racecheck; then
+    step racecheck "${T_RACECHECK:-240}" "$SAN" --tool racecheck --error-exitcode "$SAN_RC" \
+        "$GDN" check --quick --backend cuda --op prefill
+fi
+
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null
+
+# ---- short summary (last lines of the output)
+for f in "$LOGS"/*.log; do
+    n=$(basename "$f" .log)
+    case $n in
+        env) grep -m1 -E "NVIDIA H|Driver Version" "$f" | sed 's/^/  env: /' ;;
+        kernels) tail -n 1 "$f" | sed 's/^/  kernels: /' ;;
+        smoke) grep -E "^(device|copy|decode B|smoke)" "$f" | sed 's/^/  smoke: /' ;;
+        check) tail -n 3 "$f" | sed 's/^/  check: /' ;;
+        bench) tail -n 25 "$f" | sed 's/^/  bench: /' ;;
+        memcheck | racecheck) grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^FAIL|error:" "$f" | tail -n 4 | sed "s/^/  $n: /" ;;
+    esac
+done >>"$SUMMARY"
+echo "==== device suite summary ($(date -u +%FT%TZ))"
+cat "$SUMMARY"
+[ "$failed" -eq 0 ] && echo "device suite: PASS" || echo "device suite: FAIL"
+exit "$failed"
