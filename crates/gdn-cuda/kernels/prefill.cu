@@ -111,6 +111,12 @@ constexpr int WS_BYTES = TILE16;                             // per-walker outpu
 // Defaults (v5): BV=16 (NP 5) 165104, BV=32 (NP 5) 171504, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
 // (v4: R·(16448 + 32·(BV+8)) + NP·2688 + (BV/16)·768 + 16·R = 203760 / 210160 / 222960 / 204240.)
 // All > 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+// GDN_UPD_HILO (default 0 = v5): 1 carries the state-update operand Vn·e^{γC−γ} as hi + lo bf16 (+16 mma per
+// chunk on the walker; state rel-L2 1.6e-3 -> 1.2e-5 on normalised inputs, but 1x1024 49.3 -> 54.2 us and 1x128
+// 10.75 -> 11.36 us on H200, and raw-q/k failures only drop, they do not vanish). Experiments only; smem/launch unchanged.
+#ifndef GDN_UPD_HILO
+#define GDN_UPD_HILO 0
+#endif
 template <int BV> __host__ __device__ constexpr int producers() {
 #ifdef GDN_NP
     return GDN_NP;
@@ -493,8 +499,14 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             const float egc = reinterpret_cast<const float*>(slot + SL::EGC_OFF)[0];
             const float2 e0 = *reinterpret_cast<const float2*>(ec + 2 * t);
             const float2 e1 = *reinterpret_cast<const float2*>(ec + 8 + 2 * t);
-            const u32 u0 = pack_bf16(Vn[0][0] * e0.x, Vn[0][1] * e0.y), u1 = pack_bf16(Vn[0][2] * e0.x, Vn[0][3] * e0.y);
-            const u32 u2 = pack_bf16(Vn[1][0] * e1.x, Vn[1][1] * e1.y), u3 = pack_bf16(Vn[1][2] * e1.x, Vn[1][3] * e1.y);
+            // Update operand Vn·e^{γC−γ}: one bf16 (v5 default; its 2^-9 relative rounding goes straight into S and,
+            // with unnormalised k, is the dominant new_state error: results/prefill_kernels.md, "Raw q/k new_state
+            // failures"). GDN_UPD_HILO=1 adds the lo half (+16 mma).
+            u32 u0, u1, u2, u3, l0, l1, l2, l3;
+            split_bf16(Vn[0][0] * e0.x, Vn[0][1] * e0.y, u0, l0);
+            split_bf16(Vn[0][2] * e0.x, Vn[0][3] * e0.y, u1, l1);
+            split_bf16(Vn[1][0] * e1.x, Vn[1][1] * e1.y, u2, l2);
+            split_bf16(Vn[1][2] * e1.x, Vn[1][3] * e1.y, u3, l3);
 #pragma unroll
             for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
@@ -503,6 +515,10 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             for (int pp = 0; pp < 8; ++pp) {
                 u32 b0, b1, b2, b3;
                 ldsm_x4_t(ks + lo_row + pp * 32, b0, b1, b2, b3);
+#if GDN_UPD_HILO
+                mma(S[2 * pp], l0, l1, l2, l3, b0, b1);
+                mma(S[2 * pp + 1], l0, l1, l2, l3, b2, b3);
+#endif
                 mma(S[2 * pp], u0, u1, u2, u3, b0, b1);
                 mma(S[2 * pp + 1], u0, u1, u2, u3, b2, b3);
             }

@@ -3,6 +3,10 @@
 Run on the GPU machine from the repository root:
     PYTHONUNBUFFERED=1 [NP_SWEEP=3,4,5] python3 crates/gdn-cuda/kernels/harness/prefill_harness.py [check] [time] [sweep] [small] [prof]
   NP_SWEEP   also compile modules with -DGDN_NP=n (n = 1..6; every variant forced to n producers) and check/time them.
+  repro      raw-q/k [3,1,2] investigation: 50 bitwise runs per case/BV interleaved with unrelated launches, error vs
+             the fp64 reference and vs an fp64 emulation of the kernel's bf16 rounding points, v5 vs GDN_UPD_HILO=1
+             (also timed at 1x128 / 1x1024). `dump` (REPRO_TAG=name, REPRO_HILO=1): one launch saved for a
+             compute-sanitizer vs plain bitwise comparison.
   prof       three launches of one case for ncu/compute-sanitizer (PROF_CFG=NxLEN, default 1x1024; PROF_BV=16),
              compiled with -lineinfo; writes no JSON. Example (what produced the v4 profile):
              ncu --clock-control none --kernel-name regex:gdn_prefill --launch-skip 2 --launch-count 1 \
@@ -98,10 +102,10 @@ def include_dirs():
 
 
 class Module:
-    def __init__(self, np_):
+    def __init__(self, np_, defines=()):
         self.np = np_  # None: the per-variant defaults (production); n: -DGDN_NP=n for every variant
         opts = [b"-arch=sm_90a", b"-std=c++17"] + ([f"-DGDN_NP={np_}".encode()] if np_ else []) + \
-            [f"-I{d}".encode() for d in include_dirs()]
+            [f"-D{d}".encode() for d in defines] + [f"-I{d}".encode() for d in include_dirs()]
         if "prof" in ARGS:
             opts.append(b"-lineinfo")
         t = time.time()
@@ -157,7 +161,8 @@ class Module:
 
 
 # ------------------------------------------------------------------ inputs and reference
-def make_inputs(lens, H=4, HV=8, seed=0, state=True, normalise=True, gates="bench", state_dtype=torch.float32):
+def make_inputs(lens, H=4, HV=8, seed=0, state=True, normalise=True, gates="bench", state_dtype=torch.float32,
+                bscale=3.0):
     gen = torch.Generator(device=dev).manual_seed(seed)
     r = lambda *s: torch.randn(*s, device=dev, generator=gen)
     T, N = sum(lens), len(lens)
@@ -178,7 +183,7 @@ def make_inputs(lens, H=4, HV=8, seed=0, state=True, normalise=True, gates="benc
         dt_bias = r(HV)
         a = torch.rand(T, HV, device=dev, generator=gen) * 80 - 40
     a = a.bfloat16()
-    b = (r(T, HV) * 3).bfloat16()
+    b = (r(T, HV) * bscale).bfloat16()
     return q, k, v, st, A_log.float(), a, dt_bias.float(), b, cu_, 1.0 / math.sqrt(128)
 
 
@@ -319,6 +324,129 @@ def check(mods):
     save()
 
 
+# ------------------------------------------------------------------ repro (raw q/k new_state failures, v5.1)
+def emulate_single_chunk(inp, round_s=True, round_u=True):
+    """fp64 emulation of the kernel's arithmetic for sequences of <= 16 tokens (one chunk) with the kernel's bf16
+    rounding points switchable: round_s = S rounded to bf16 in Z = S K^T and Y = S Q^T; round_u = the update
+    operand Vn e^{γC-γ} rounded to ONE bf16 (v5; v5.1 carries hi+lo ~ exact). T, Tb, Tg, Z, P, Vn in the output
+    are hi+lo (~fp32) in the kernel and exact here. Returns (out, new_state) like reference()."""
+    q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+    T, H, D = q.shape
+    HV = v.shape[1]
+    N = cu_.numel() - 1
+    bf = lambda x: x.to(torch.bfloat16).double()
+    out = torch.zeros(T, HV, D, dtype=torch.float64, device=dev)
+    ns = torch.zeros(N, HV, D, D, dtype=torch.float64, device=dev)
+    cl = cu_.tolist()
+    for n in range(N):
+        s0, e0 = cl[n], cl[n + 1]
+        L = e0 - s0
+        assert L <= 16
+        for h in range(HV):
+            S = state[n, h].double() if state is not None else torch.zeros(D, D, dtype=torch.float64, device=dev)
+            if L == 0:
+                ns[n, h] = 0.0
+                continue
+            hq = h // (HV // H)
+            K, Q, V = k[s0:e0, hq].double(), q[s0:e0, hq].double(), v[s0:e0, h].double()
+            lg = -torch.exp(A_log[h].double()) * F.softplus(a[s0:e0, h].double() + dt_bias[h].double())
+            be = torch.sigmoid(b[s0:e0, h].double())
+            gam = torch.cumsum(lg, 0)
+            gC = gam[-1]
+            dec = torch.exp(torch.clamp(gam[:, None] - gam[None, :], max=0.0))
+            A = torch.tril(be[:, None] * (K @ K.T) * dec, -1)
+            Tm = torch.linalg.inv(torch.eye(L, dtype=torch.float64, device=dev) + A)
+            Tb, Tg = Tm * be[None, :], Tm * (be * torch.exp(gam))[None, :]
+            Sb = bf(S) if round_s else S  # [V, K]
+            Z, Y = Sb @ K.T, Sb @ Q.T  # [V, L]
+            X, U = Z @ Tg.T, V.T @ Tb.T
+            Vn = U - X
+            u = Vn * torch.exp(gC - gam)[None, :]
+            if round_u:
+                u = bf(u)
+            ns[n, h] = torch.exp(gC) * S + u @ K
+            P = scale * (Q @ K.T) * dec * torch.tril(torch.ones(L, L, dtype=torch.float64, device=dev))
+            out[s0:e0, h] = (scale * torch.exp(gam)[None, :] * Y + Vn @ P.T).T
+    return out, ns
+
+
+def repro(mods):
+    """Bitwise determinism (50 runs, interleaved with unrelated large launches that rewrite shared memory and
+    change the SM schedule), error vs the fp64 reference, and the fp64 emulation of the rounding points."""
+    mod_old = mods[0]  # production build (GDN_UPD_HILO=0, = v5)
+    mod_new = Module(None, defines=("GDN_UPD_HILO=1",))  # update operand hi + lo
+    poison = make_inputs([1024, 700, 77], 4, 8, seed=99, normalise=False, gates="slow")
+    po = torch.empty(sum([1024, 700, 77]), 8, 128, dtype=torch.bfloat16, device=dev)
+    pn = torch.empty(3, 8, 128, 128, dtype=torch.float32, device=dev)
+    rows = []
+    cases = [("raw [3,1,2] runtime-like", [3, 1, 2], False, 1.0)] + \
+        [(f"raw [3,1,2] seed{s}", [3, 1, 2], False, 1.0) for s in range(1, 6)] + \
+        [("raw [17,33,15]", [17, 33, 15], False, 1.0), ("norm [3,1,2]", [3, 1, 2], True, 1.0),
+         ("norm [17,33,15]", [17, 33, 15], True, 1.0)]
+    for ci, (name, lens, normq, bsc) in enumerate(cases):
+        inp = make_inputs(lens, 4, 8, seed=1000 + ci, state=True, normalise=normq, gates="bench", bscale=bsc)
+        ro, rs = reference(*inp)
+        emus = {}
+        if max(lens) <= 16:
+            for key, rs_, ru_ in (("exact", False, False), ("S_bf16", True, False), ("S_bf16+u_bf16", True, True)):
+                emus[key] = emulate_single_chunk(inp, rs_, ru_)
+            log(f"repro {name}: emulation(exact) vs reference: out {compare(emus['exact'][0], ro)['rel_l2']:.1e} "
+                f"state {compare(emus['exact'][1], rs)['rel_l2']:.1e} (self-check of the emulation)")
+            for key in ("S_bf16", "S_bf16+u_bf16"):
+                log(f"   emulation {key:<14} vs ref: state {compare(emus[key][1], rs)}")
+        for tag, mod in (("v5(old)", mod_old), ("v5.1(hilo)", mod_new)):
+            for bv in (16, 32, 128):
+                o0, n0 = run_case(mod, "f32", bv, inp)
+                o0, n0 = o0.clone(), n0.clone()
+                ndiff = 0
+                for it in range(50):
+                    if it % 2 == 0:  # unrelated large launch first: different smem contents / SM occupancy
+                        mod.launch("f32", 16 if it % 4 == 0 else 128, *poison[:4], *poison[4:9], poison[9], po, pn)
+                    o1, n1 = run_case(mod, "f32", bv, inp)
+                    if not (torch.equal(o1.view(torch.int16), o0.view(torch.int16)) and
+                            torch.equal(n1.view(torch.int32), n0.view(torch.int32))):
+                        ndiff += 1
+                row = {"case": name, "kernel": tag, "bv": bv, "runs_differing_bitwise": ndiff,
+                       "out": compare(o0, ro), "state": compare(n0, rs)}
+                if emus and bv == 16:
+                    row["state_vs_emu"] = {k2: compare(n0, e[1])["rel_l2"] for k2, e in emus.items()}
+                    row["state_vs_emu_maxabs"] = {k2: compare(n0, e[1])["max_abs"] for k2, e in emus.items()}
+                    wi = row["state"]["worst_idx"]
+                    row["worst"] = {"gpu": n0.flatten()[wi].item(), "ref": rs.flatten()[wi].item(),
+                                    **{k2: e[1].flatten()[wi].item() for k2, e in emus.items()},
+                                    "max_abs_ref_state": rs.abs().max().item()}
+                rows.append(row)
+                log(f"repro {name:<26} {tag:<10} bv{bv:<3} differing runs {ndiff}/50  out fails {row['out']['n_fail_tol']} "
+                    f"rel {row['out']['rel_l2']:.2e} | state fails {row['state']['n_fail_tol']} rel {row['state']['rel_l2']:.2e} "
+                    f"maxabs {row['state']['max_abs']:.3e}" + (f" | vs emu {row['state_vs_emu']} worst {row['worst']}" if 'worst' in row else ""))
+    # v5 vs v5.1 kernel time, 1x128 and 1x1024 (bench inputs), bv16 and bv32, interleaved twice
+    for rep in range(2):
+        for cname, lens in (("1x128", [128]), ("1x1024", [1024])):
+            inp = bench_inputs(lens)
+            T = sum(lens)
+            out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+            ns = torch.empty(1, 8, 128, 128, dtype=torch.float32, device=dev)
+            for tag, mod in (("v5(old)", mod_old), ("v5.1(hilo)", mod_new)):
+                for bv in (16, 32):
+                    ts = sorted(kernel_times(lambda: mod.launch("f32", bv, *inp, out, ns), iters=25))
+                    rows.append({"time": cname, "kernel": tag, "bv": bv, "rep": rep, "median_us": statistics.median(ts)})
+                    log(f"time {cname:<7} {tag:<10} bv{bv:<3} rep{rep} median {statistics.median(ts):7.2f} us "
+                        f"(p10 {ts[len(ts) // 10]:.2f} p90 {ts[9 * len(ts) // 10]:.2f})")
+    with open(f"{OUT}/prefill_repro.json", "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+def dump(mods):
+    """One launch of the runtime-like raw [3,1,2] case (bv16) -> $OUT/<REPRO_TAG>.pt, for running under
+    compute-sanitizer and comparing bitwise with a plain run. REPRO_HILO=1: the GDN_UPD_HILO=1 build."""
+    mod = Module(None, defines=("GDN_UPD_HILO=1",)) if os.environ.get("REPRO_HILO") else mods[0]
+    inp = make_inputs([3, 1, 2], 4, 8, seed=1000, state=True, normalise=False, gates="bench", bscale=1.0)
+    o, n = run_case(mod, "f32", 16, inp)
+    ro, rs = reference(*inp)
+    log("dump state", compare(n, rs))
+    torch.save({"out": o.cpu(), "ns": n.cpu()}, f"{OUT}/{os.environ.get('REPRO_TAG', 'dump')}.pt")
+
+
 # ------------------------------------------------------------------ timing
 _flush = None
 
@@ -438,6 +566,15 @@ def main():
             log("prof launches done")
         except Exception:
             RES["errors"].append("prof: " + traceback.format_exc()[-1500:])
+            log("ERROR", RES["errors"][-1])
+    if "dump" in ARGS:
+        dump(mods)
+        return
+    if "repro" in ARGS:
+        try:
+            repro(mods)
+        except Exception:
+            RES["errors"].append("repro: " + traceback.format_exc()[-1500:])
             log("ERROR", RES["errors"][-1])
     if "check" in ARGS:
         try:
