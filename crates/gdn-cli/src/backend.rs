@@ -3,7 +3,9 @@
 
 use clap::ValueEnum;
 use gdn_core::cpu::CpuBackend;
+use gdn_core::Op;
 use gdn_core::{Backend, Inputs, Outputs, Problem, Result, TierSamples, Timed, TimingConfig};
+use gdn_cuda::PlanKind;
 
 /// What `--backend` asks for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -33,6 +35,46 @@ impl Engine {
 
     pub fn is_cpu(&self) -> bool {
         matches!(self, Engine::Cpu(_))
+    }
+
+    /// What a call of `p` launches (CUDA: `recurrent`/`fused`/`chunk64` and the kernels), or None on the CPU.
+    pub fn plan_label(&self, p: &Problem) -> Result<Option<String>> {
+        match self {
+            Engine::Cpu(_) => Ok(None),
+            Engine::Cuda(b) => b.plan_label(p).map(Some),
+        }
+    }
+
+    /// The prefill plans `check` runs each prefill case with: both plans on CUDA (forced one after the
+    /// other), unless `GDN_KERNEL` decides; `[None]` (the backend's own choice) otherwise.
+    pub fn prefill_plans(&self) -> Vec<Option<PlanKind>> {
+        match self {
+            Engine::Cuda(b) if b.kernel_override().is_none() => {
+                vec![Some(PlanKind::Fused), Some(PlanKind::Chunk64)]
+            }
+            _ => vec![None],
+        }
+    }
+
+    /// Runs `p`, with prefill plan `plan` forced when given (CUDA prefill only); returns the label of what
+    /// ran on CUDA (None on the CPU).
+    pub fn run_plan(
+        &self,
+        p: &Problem,
+        x: &Inputs,
+        out: &mut Outputs,
+        plan: Option<PlanKind>,
+    ) -> Result<Option<String>> {
+        match (self, plan) {
+            (Engine::Cuda(b), Some(kind)) if p.def.op == Op::Prefill => {
+                b.run_prefill_plan(p, x, out, kind).map(Some)
+            }
+            _ => {
+                let label = self.plan_label(p)?;
+                self.run(p, x, out)?;
+                Ok(label)
+            }
+        }
     }
 }
 

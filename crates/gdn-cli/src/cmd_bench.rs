@@ -1,7 +1,8 @@
 //! `gdn bench`: for every workload class, correctness first (backend vs the float64 reference, contest
 //! tolerance; a failing class is not timed), then latency per timing tier over rotating input sets, then the
 //! copy floor for the same byte count. Prints one table per class and optionally writes everything as JSON
-//! (schema `gdn-bench/1`, documented in the README).
+//! (schema `gdn-bench/1`, documented in the README). On CUDA every row says what ran (the kernel, or the
+//! prefill plan and its kernels: `fused gdn_prefill_*` / `chunk64 gdn_prefill64_prep+gdn_prefill64_walk_*`).
 
 use crate::backend::{Choice, Engine};
 use crate::bench_classes::{self as classes, Class, Scope};
@@ -76,6 +77,8 @@ struct CopyStat {
 #[derive(Serialize)]
 struct WorkloadResult {
     label: String,
+    /// What ran (CUDA: `LaunchInfo::label`, the plan and its kernels); None on the CPU.
+    kernel: Option<String>,
     /// Workloads of this shape in the class (mixes).
     count: usize,
     batch: usize,
@@ -301,6 +304,7 @@ fn bench_workload(
         cfg.iters = ((budget / once) as usize).clamp(3, cfg.iters.max(3));
         cfg.warmup = 0; // the sizing call was the warm-up
     }
+    let kernel = engine.plan_label(&p)?;
     let tiers = engine.time(&p, &inputs, &cfg)?;
     let copy = engine.time_copy(p.min_bytes(), &cfg)?;
     for t in tiers.iter() {
@@ -320,6 +324,7 @@ fn bench_workload(
         .collect();
     Ok(WorkloadResult {
         label: spec.label.clone(),
+        kernel,
         count,
         batch: p.dims.num_seqs,
         seq_len: p.dims.seq_len,
@@ -407,6 +412,24 @@ const BUCKETS: [(usize, usize, &str); 4] = [
     (8192, usize::MAX, ">= 8192 tokens"),
 ];
 
+/// Count-weighted plans of a group of workloads: `fused x93, chunk64 x7` (the first word of each label).
+fn plan_counts<'a>(ws: impl Iterator<Item = &'a WorkloadResult>) -> String {
+    let mut counts: Vec<(&str, usize)> = vec![];
+    for w in ws {
+        let k = w
+            .kernel
+            .as_deref()
+            .and_then(|k| k.split(' ').next())
+            .unwrap_or("-");
+        match counts.iter_mut().find(|(n, _)| *n == k) {
+            Some((_, c)) => *c += w.count,
+            None => counts.push((k, w.count)),
+        }
+    }
+    let parts: Vec<String> = counts.iter().map(|(k, c)| format!("{k} x{c}")).collect();
+    parts.join(", ")
+}
+
 fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
     let c = &r.check;
     let note = c
@@ -444,12 +467,15 @@ fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
         header.push("tok/s/core");
     }
     header.extend(["GB/s", "copy µs", "% of copy"]);
+    if !cpu {
+        header.push("kernel");
+    }
     let mut t = new_table(&header);
     let per_core = |x: f64| si(x / threads as f64);
     let grouped = r.workloads.len() > 16;
     if !grouped {
         for w in &r.workloads {
-            for s in &w.tiers {
+            for (ti, s) in w.tiers.iter().enumerate() {
                 let mut row = vec![
                     w.label.clone(),
                     w.count.to_string(),
@@ -468,11 +494,15 @@ fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
                     num(s.copy_median_us),
                     format!("{:.0}%", s.pct_of_copy),
                 ]);
+                if !cpu {
+                    let k = w.kernel.as_deref().unwrap_or("-");
+                    row.push(if ti == 0 { k.into() } else { String::new() });
+                }
                 t.add_row(row);
             }
         }
     }
-    let mut totals: Vec<(String, Vec<TotalStat>)> = vec![];
+    let mut totals: Vec<(String, Vec<TotalStat>, String)> = vec![];
     if grouped {
         for (lo, hi, name) in BUCKETS {
             let ws = r
@@ -480,15 +510,19 @@ fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
                 .iter()
                 .filter(|w| w.tokens >= lo && w.tokens < hi);
             if ws.clone().next().is_some() {
-                totals.push((name.to_string(), aggregate(ws)));
+                totals.push((name.to_string(), aggregate(ws.clone()), plan_counts(ws)));
             }
         }
     }
     if let Some(tot) = &r.total {
-        totals.push(("all (sum of medians)".into(), tot.clone()));
+        totals.push((
+            "all (sum of medians)".into(),
+            tot.clone(),
+            plan_counts(r.workloads.iter()),
+        ));
     }
-    for (name, tot) in totals {
-        for s in tot {
+    for (name, tot, plans) in totals {
+        for (ti, s) in tot.into_iter().enumerate() {
             let mut row = vec![
                 name.clone(),
                 s.workloads.to_string(),
@@ -507,6 +541,13 @@ fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
                 num(s.sum_copy_median_us),
                 format!("{:.0}%", s.pct_of_copy),
             ]);
+            if !cpu {
+                row.push(if ti == 0 {
+                    plans.clone()
+                } else {
+                    String::new()
+                });
+            }
             t.add_row(row);
         }
     }

@@ -4,10 +4,12 @@
 //! normalised q/k, absent/fp32/bf16 state, MTP with and without intermediate states, serving mode with -1
 //! padding, prefill edge lengths (0, 1, 63, 64, 65), many mixed sequences, a long sequence and extreme gates.
 //! Every case draws fresh inputs (its own seed) and runs on NaN-poisoned outputs. Any failure → exit 1.
+//! On CUDA every prefill case runs once per prefill plan (fused, then chunk64, forced through the kernel
+//! override; same inputs), and the row says which plan ran; with `GDN_KERNEL` set, once, as it decides.
 
 use crate::backend::{Choice, Engine};
 use crate::table::{new_table, progress, sci};
-use crate::verify::{verify, Verdict};
+use crate::verify::{verify_plan, Verdict};
 use anyhow::{bail, Context, Result};
 use gdn_core::workload::WorkloadSpec;
 use gdn_core::{Backend, DType, Heads, MtpMode, Op, Timed};
@@ -255,21 +257,39 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
 
 pub fn main(a: Args) -> Result<()> {
     let engine = Engine::open(a.backend)?;
-    let cases: Vec<_> = cases(a.quick)
+    // (case, seed, plan): case i (after --op) uses seed + i, with every plan
+    let plans = engine.prefill_plans();
+    let runs: Vec<_> = cases(a.quick)
         .into_iter()
         .filter(|c| a.op.includes(c.op))
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let per_case = if c.op == Op::Prefill {
+                plans.clone()
+            } else {
+                vec![None]
+            };
+            per_case
+                .into_iter()
+                .map(move |plan| (c.clone(), a.seed + i as u64, plan))
+        })
         .collect();
     eprintln!(
-        "gdn check: {} cases on {} ({})",
-        cases.len(),
+        "gdn check: {} runs on {} ({}){}",
+        runs.len(),
         engine.name(),
-        engine.device()
+        engine.device(),
+        if plans.len() > 1 {
+            "; prefill cases once per plan (fused, chunk64)"
+        } else {
+            ""
+        }
     );
-    let pb = progress(cases.len() as u64, "check");
+    let pb = progress(runs.len() as u64, "check");
     let mut results: Vec<Verdict> = Vec::new();
-    for (i, spec) in cases.iter().enumerate() {
+    for (spec, seed, plan) in &runs {
         pb.set_message(spec.label.clone());
-        results.push(verify(&engine, spec, a.seed + i as u64)?);
+        results.push(verify_plan(&engine, spec, *seed, *plan)?);
         pb.inc(1);
     }
     pb.finish_and_clear();

@@ -3,7 +3,8 @@
 //! static shared memory, and the launch's block size and dynamic shared memory from the registry.
 //! The last line is exactly `N kernels compiled, S with spills`; the exit code is non-zero when a source
 //! fails to compile, a registered kernel is missing from its module, or a hot kernel spills.
-//! `--policy` also prints which kernel the policy picks for the contest's shapes on a 132-SM Hopper.
+//! `--policy` also prints which kernel (prefill: which plan and kernels) the policy picks for the contest's
+//! shapes on a 132-SM Hopper.
 
 use anyhow::Result;
 use gdn_core::Op;
@@ -134,14 +135,49 @@ fn print_policy() {
                 shape(Op::Mtp, b, 4, st),
             ));
         }
-        for n in [1, 2, 4, 8, 16, 32] {
+        for (n, t) in [
+            (1, 128),
+            (1, 1024),
+            (1, 8192),
+            (1, 65_536),
+            (4, 8192),
+            (8, 8192),
+            (32, 8192),
+            (64, 65_536),
+        ] {
             rows.push((
-                format!("prefill N={n} {}", st.name()),
-                shape(Op::Prefill, n, 0, st),
+                format!("prefill {n}x{} {}", t / n, st.name()),
+                Shape {
+                    total_tokens: t,
+                    ..shape(Op::Prefill, n, 0, st)
+                },
             ));
         }
     }
     for (label, s) in rows {
+        if s.op == Op::Prefill {
+            match policy::choose_prefill(&s, &caps, None) {
+                Ok(p) => {
+                    let launches: Vec<String> = p
+                        .launches()
+                        .iter()
+                        .map(|c| format!("{} grid {:?} block {}", c.variant.name, c.grid, c.block))
+                        .collect();
+                    let ws = match p.workspace_bytes() {
+                        0 => String::new(),
+                        b => format!(", workspace {:.1} MiB", b as f64 / (1 << 20) as f64),
+                    };
+                    println!(
+                        "{label:<22} {} {}{ws} ({})",
+                        p.kind().name(),
+                        launches.join(" + "),
+                        p.why()
+                    );
+                }
+                Err(r) => println!("{label:<22} rejected: {r}"),
+            }
+            continue;
+        }
         match policy::choose(&s, &caps, None) {
             Ok(c) => println!(
                 "{label:<22} {:<34} grid {:?} block {} ({})",

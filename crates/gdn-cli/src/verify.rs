@@ -5,13 +5,17 @@ use crate::backend::Engine;
 use anyhow::{Context, Result};
 use gdn_core::compare::{compare, CheckReport, CONTEST};
 use gdn_core::workload::{generate, WorkloadSpec};
-use gdn_core::{reference, Backend, Outputs, Problem};
+use gdn_core::{reference, Op, Outputs, Problem};
+use gdn_cuda::PlanKind;
 use serde::Serialize;
 
 /// The errors worth a table row, from a [`CheckReport`].
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
+    /// The case's label; for prefill on CUDA followed by the plan that ran, e.g. `[chunk64]`.
     pub case: String,
+    /// What ran on CUDA (`LaunchInfo::label`: plan and kernels); null on the CPU.
+    pub plan: Option<String>,
     pub passed: bool,
     /// Worst absolute error over all tensors.
     pub max_abs: f64,
@@ -26,22 +30,47 @@ pub struct Verdict {
 
 /// Runs `spec` (seeded) on `engine` and compares it with the float64 reference.
 pub fn verify(engine: &Engine, spec: &WorkloadSpec, seed: u64) -> Result<Verdict> {
+    verify_plan(engine, spec, seed, None)
+}
+
+/// `verify` with prefill plan `plan` forced on CUDA (None: the backend's own choice).
+pub fn verify_plan(
+    engine: &Engine,
+    spec: &WorkloadSpec,
+    seed: u64,
+    plan: Option<PlanKind>,
+) -> Result<Verdict> {
+    use gdn_core::Backend;
     let tensors = generate(spec, seed);
     let p = Problem::from_tensors(&spec.definition(), &tensors, &spec.options())
         .with_context(|| format!("generated workload {}", spec.label))?;
     let x = p.inputs(&tensors);
     let mut out = Outputs::poisoned(&p, &x);
-    engine
-        .run(&p, &x, &mut out)
-        .with_context(|| format!("{} on {}", engine.name(), spec.label))?;
+    let ran = engine
+        .run_plan(&p, &x, &mut out, plan)
+        .with_context(|| match plan {
+            Some(k) => format!("{} on {} ({} plan)", engine.name(), spec.label, k.name()),
+            None => format!("{} on {}", engine.name(), spec.label),
+        })?;
     let r = reference::run(&p, &x);
     let report = compare(&p, &out, &r, &CONTEST, &CONTEST);
-    Ok(verdict(&spec.label, &report))
+    let case = match (&ran, p.def.op) {
+        (Some(label), Op::Prefill) => format!(
+            "{} [{}]",
+            spec.label,
+            label.split(' ').next().unwrap_or(label)
+        ),
+        _ => spec.label.clone(),
+    };
+    let mut v = verdict(&case, &report);
+    v.plan = ran;
+    Ok(v)
 }
 
 fn verdict(case: &str, report: &CheckReport) -> Verdict {
     let mut v = Verdict {
         case: case.to_string(),
+        plan: None,
         passed: report.passed(),
         max_abs: 0.0,
         rel_l2_output: f64::NAN,

@@ -108,7 +108,7 @@ constexpr int WS_BYTES = TILE16;                             // per-walker outpu
 // Dynamic shared memory of gdn_prefill_*_bv<BV> with NP producers and R = 2·NP + 1 ring slots:
 //   R·(13632 + 32·(BV+8)) + NP·1152 + (BV/16)·768 + 16·R   (bytes; the opt-in limit on sm_90 is 232448;
 //   the last 16·R bytes are the FULL/EMPTY mbarriers).
-// Defaults (v5): BV=16 (NP 5) 165104, BV=32 (NP 5) 171504, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+// Defaults (v5.1): BV=16 (NP 6) 195088, BV=32 (NP 5) 171504, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
 // (v4: R·(16448 + 32·(BV+8)) + NP·2688 + (BV/16)·768 + 16·R = 203760 / 210160 / 222960 / 204240.)
 // All > 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 // GDN_UPD_HILO (default 0 = v5): 1 carries the state-update operand Vn·e^{γC−γ} as hi + lo bf16 (+16 mma per
@@ -117,18 +117,29 @@ constexpr int WS_BYTES = TILE16;                             // per-walker outpu
 #ifndef GDN_UPD_HILO
 #define GDN_UPD_HILO 0
 #endif
+// v5.1: bv16 runs 8 warps — walker 0, producers on warps 1-3 and 5-7 (NP = 6), warp 4 idle — so that the walker is
+// the only warp on its scheduler (warp w issues on sub-partition w % 4). H200, same process: 1x1024 48.6 -> 46.3 us,
+// 1x8192 348.7 -> 330.2, 1x65536 2758 -> 2601 (-5%); plain NP = 6 (walker sharing) gives only -2.5%.
+// Under -DGDN_NP (experiments) every variant gets exactly GDN_NP producers and no idle warp.
 template <int BV> __host__ __device__ constexpr int producers() {
 #ifdef GDN_NP
     return GDN_NP;
 #else
-    return BV == 128 ? 4 : 5;
+    return BV == 16 ? 6 : (BV == 128 ? 4 : 5);
+#endif
+}
+template <int BV> __host__ __device__ constexpr int idle_warps() {
+#ifdef GDN_NP
+    return 0;
+#else
+    return BV == 16 ? 1 : 0;
 #endif
 }
 template <int NP> __host__ __device__ constexpr int ring_depth() { return 2 * NP + 1; }
 template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
     return ring_depth<NP>() * Slot<BV>::BYTES + NP * PS_BYTES + (BV / 16) * WS_BYTES + 16 * ring_depth<NP>();
 }
-static_assert(smem_bytes<16, 5>() == 165104 && smem_bytes<32, 5>() == 171504 && smem_bytes<64, 5>() == 184304 &&
+static_assert(smem_bytes<16, 6>() == 195088 && smem_bytes<16, 5>() == 165104 && smem_bytes<32, 5>() == 171504 && smem_bytes<64, 5>() == 184304 &&
                   smem_bytes<128, 4>() == 172752, "v5 launch table (mirrored by the Rust runtime)");
 
 // ------------------------------------------------------------------ PTX helpers
@@ -389,7 +400,12 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
     const i64 len = eos > bos ? eos - bos : 0;
     const int nch = (int)((len + C - 1) / C);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31;
+    int warp = threadIdx.x >> 5;
+    if (idle_warps<BV>() > 0) {  // bv16 (v5.1): warp 4 idles, warps 5.. act as 4..
+        if (warp == 4) return;
+        if (warp > 4) warp -= 1;
+    }
     const int g = lane >> 2, t = lane & 3;
     const int v0 = vg * BV;
 
@@ -583,13 +599,14 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA (NW = BV/16 walker warps).
 //   grid  = (N · HV · (128 / BV), 1, 1)
 //   block = (32 · (BV/16 + NP), 1, 1) with NP = 5 for BV = 16, 32, 64 and NP = 4 for BV = 128:
-//           bv16 192, bv32 224, bv64 288, bv128 384 threads
-//   dynamic shared memory = gdn_prefill::smem_bytes<BV, NP>() (v5): bv16 165104, bv32 171504, bv64 184304,
+//           plus one idle warp for BV = 16 (v5.1: NP = 6): bv16 256, bv32 224, bv64 288, bv128 384 threads
+//   dynamic shared memory = gdn_prefill::smem_bytes<BV, NP>() (v5.1): bv16 195088, bv32 171504, bv64 184304,
 //           bv128 172752 bytes (see the table above; needs the
 //   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES attribute raised, all variants exceed 48 KB).
 // ---------------------------------------------------------------------------------------------------------
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
-    extern "C" __global__ void __launch_bounds__(32 * (NW + gdn_prefill::producers<16 * NW>()), 1)          \
+    extern "C" __global__ void __launch_bounds__(                                                           \
+        32 * (NW + gdn_prefill::producers<16 * NW>() + gdn_prefill::idle_warps<16 * NW>()), 1)              \
         NAME(const PrefillParams p) {                                                                       \
         gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(p);                          \
     }

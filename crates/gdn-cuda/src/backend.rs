@@ -1,9 +1,11 @@
 //! `CudaBackend`: gdn_core's `Backend` (host → device, one launch, device → host) and `Timed`.
 //!
-//! One call of a problem = one kernel launch through `launch.rs` on the backend's stream. How each
-//! operation maps its tensors to kernel pointers:
+//! One call of a problem = the kernel launch(es) of its plan through `launch.rs` on the backend's stream (one
+//! kernel; prep + walk for the chunk64 prefill plan). How each operation maps its tensors to kernel pointers:
 //! * decode: `state` (or NULL) → `new_state` (a separate buffer; every row written).
-//! * prefill: `state` (or NULL) → `new_state`; `cu_seqlens` uploaded as int64.
+//! * prefill: `state` (or NULL) → `new_state`; `cu_seqlens` uploaded as int64. The chunk64 plan's workspace
+//!   is one device buffer cached by the backend: grown (never shrunk) when a call needs more, so a warm
+//!   backend allocates nothing per call; it is sized before any timed or captured region.
 //! * MTP, definition mode: the pool is read, not written (`new_state` NULL); `final_state` is the input
 //!   pool, copied on the host; the intermediate buffer is uploaded and the kernel overwrites its rows.
 //! * MTP, serving mode: in place — `new_state == state` (the pool), index -1 = padding; `final_state` is
@@ -13,6 +15,7 @@ use crate::bench;
 use crate::context::{Gpu, Stream};
 use crate::launch::{KernelSet, LaunchInfo, PrefillArgs, RecurrentArgs};
 use crate::memory::DeviceBuf;
+use crate::policy::PlanKind;
 use crate::registry::StateDtype;
 use gdn_core::{
     Backend, DType, GdnError, Inputs, MtpMode, Op, Outputs, Problem, Result, StateBuf, StateRef,
@@ -27,12 +30,22 @@ pub(crate) fn be(e: String) -> GdnError {
 
 /// The CUDA backend on device 0.
 pub struct CudaBackend {
+    /// The chunk64 prefill workspace, grow-only (locked inside `lock`). First field: fields drop in order,
+    /// and it must be freed while `gpu` still holds the context (memcheck --leak-check caught the reverse).
+    workspace: Mutex<DeviceBuf>,
     pub(crate) gpu: Gpu,
     pub(crate) kernels: KernelSet,
     /// Serialises use of the backend's stream and buffers.
     pub(crate) lock: Mutex<()>,
     /// The copy kernel of the bandwidth floor (`bench.rs`), loaded on first use.
     pub(crate) copy: std::sync::OnceLock<std::result::Result<bench::CopyKernel, String>>,
+}
+
+/// A workspace handed to a launch: device address and bytes (0, 0 = none).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Workspace {
+    pub ptr: u64,
+    pub bytes: usize,
 }
 
 impl CudaBackend {
@@ -47,6 +60,7 @@ impl CudaBackend {
             kernels,
             lock: Mutex::new(()),
             copy: std::sync::OnceLock::new(),
+            workspace: Mutex::new(DeviceBuf { ptr: 0, bytes: 0 }),
         })
     }
 
@@ -58,11 +72,101 @@ impl CudaBackend {
         &self.kernels
     }
 
-    /// Which kernel (and launch configuration) this backend would use for `p`.
+    /// Which kernel(s) (and launch configurations) this backend would use for `p` (with `GDN_KERNEL`).
     pub fn plan(&self, p: &Problem) -> Result<LaunchInfo> {
+        Ok(self.kernels.describe(&crate::shape_of(p))?)
+    }
+
+    /// `plan` with an explicit prefill override (`None`: automatic, ignoring `GDN_KERNEL`).
+    pub fn plan_with(&self, p: &Problem, force: Option<&str>) -> Result<LaunchInfo> {
         let shape = crate::shape_of(p);
-        let c = self.kernels.choose(&shape)?;
-        Ok(LaunchInfo::from(&c))
+        if p.def.op == Op::Prefill {
+            Ok(LaunchInfo::prefill(
+                &self.kernels.prefill_plan_with(&shape, force)?,
+            ))
+        } else {
+            self.plan(p)
+        }
+    }
+
+    /// The workspace for a call of `p` with prefill override `force`: the cached buffer, grown first when
+    /// it is too small (after a stream sync, so no queued kernel still uses the old one). Call with `lock`
+    /// held, outside any stream capture.
+    pub(crate) fn workspace_for(&self, p: &Problem, force: Option<&str>) -> Result<Workspace> {
+        let need = self.plan_with(p, force)?.workspace_bytes;
+        if need == 0 {
+            return Ok(Workspace::default());
+        }
+        let need = usize::try_from(need)
+            .map_err(|_| be(format!("workspace of {need} bytes does not fit this host")))?;
+        let mut buf = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        if buf.bytes < need {
+            self.gpu.sync().map_err(be)?;
+            *buf = DeviceBuf { ptr: 0, bytes: 0 }; // free the old one first
+            *buf = DeviceBuf::alloc(need).map_err(be)?;
+        }
+        Ok(Workspace {
+            ptr: buf.ptr,
+            bytes: buf.bytes,
+        })
+    }
+
+    /// Runs `p` with an explicit prefill override (`None`: automatic, ignoring `GDN_KERNEL`); decode and
+    /// MTP ignore `force`. Returns what was launched.
+    pub fn run_with(
+        &self,
+        p: &Problem,
+        x: &Inputs,
+        out: &mut Outputs,
+        force: Option<&str>,
+    ) -> Result<LaunchInfo> {
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.gpu.bind().map_err(be)?;
+        let s = self.gpu.stream();
+        let ws = self.workspace_for(p, force)?;
+        let di = DeviceInputs::upload(p, x, s)?;
+        let inter_src = out.intermediate.as_deref().or(x.intermediate);
+        let dout = DeviceOutputs::alloc(p, inter_src, s)?;
+        // SAFETY: buffers sized for p, our stream and context; the workspace is ours (lock held).
+        let launched = unsafe { enqueue(&self.kernels, p, &di, &dout, ws, force, s) };
+        let info = match launched {
+            Ok(info) => info,
+            Err(e) => {
+                let _ = self.gpu.sync(); // let the uploads finish before the host buffers can go
+                return Err(e);
+            }
+        };
+        dout.out.read(&mut out.output, s).map_err(be)?;
+        // the state destination: new_state, or the pool itself (MTP serving, in place)
+        let state_src = match (p.def.op, p.mtp_mode) {
+            (Op::Mtp, MtpMode::Serving) => di.state.as_ref(),
+            (Op::Mtp, MtpMode::Definition) => None,
+            _ => dout.new_state.as_ref(),
+        };
+        match (state_src, &mut out.state) {
+            (Some(src), StateBuf::F32(dst)) => src.read(dst, s).map_err(be)?,
+            (Some(src), StateBuf::BF16(dst)) => src.read(dst, s).map_err(be)?,
+            (None, dst) => copy_pool(x, dst)?,
+        }
+        if let (Some(src), Some(dst)) = (&dout.intermediate, out.intermediate.as_mut()) {
+            src.read(dst, s).map_err(be)?;
+        }
+        self.gpu.sync().map_err(be)?;
+        Ok(info)
+    }
+
+    /// Runs the prefill problem `p` with plan `kind` forced (through the override that forces it);
+    /// returns what was launched. `gdn check` runs every prefill case once per plan this way.
+    pub fn run_prefill_plan(
+        &self,
+        p: &Problem,
+        x: &Inputs,
+        out: &mut Outputs,
+        kind: PlanKind,
+    ) -> Result<LaunchInfo> {
+        let name =
+            crate::policy::prefill_override_for(kind, &crate::shape_of(p), &self.kernels.caps())?;
+        self.run_with(p, x, out, Some(name))
     }
 }
 
@@ -158,17 +262,20 @@ fn ptr(b: &Option<DeviceBuf>) -> u64 {
 ///
 /// # Safety
 /// The buffers were sized for `p`; `stream` belongs to `kernels`' context.
+/// `ws` is the workspace from `CudaBackend::workspace_for(p, force)`; `force` is the prefill override.
 pub(crate) unsafe fn enqueue(
     kernels: &KernelSet,
     p: &Problem,
     i: &DeviceInputs,
     o: &DeviceOutputs,
+    ws: Workspace,
+    force: Option<&str>,
     stream: Stream,
 ) -> Result<LaunchInfo> {
     let h = &p.def.heads;
     let sd = Some(state_dtype(p));
     match p.def.op {
-        Op::Prefill => kernels.launch_prefill(
+        Op::Prefill => kernels.launch_prefill_with(
             &PrefillArgs {
                 q: i.q.ptr,
                 k: i.k.ptr,
@@ -181,6 +288,8 @@ pub(crate) unsafe fn enqueue(
                 state: ptr(&i.state),
                 new_state: ptr(&o.new_state),
                 out: o.out.ptr,
+                workspace: ws.ptr,
+                workspace_bytes: ws.bytes,
                 num_seqs: p.dims.num_seqs,
                 total_tokens: p.dims.total_tokens,
                 num_q_heads: h.num_q_heads,
@@ -190,6 +299,7 @@ pub(crate) unsafe fn enqueue(
                 state_dtype: sd,
             },
             stream.0,
+            force,
         ),
         Op::Decode | Op::Mtp => {
             let new_state = match (p.def.op, p.mtp_mode) {
@@ -232,34 +342,8 @@ impl Backend for CudaBackend {
     }
 
     fn run(&self, p: &Problem, x: &Inputs, out: &mut Outputs) -> Result<()> {
-        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        self.gpu.bind().map_err(be)?;
-        let s = self.gpu.stream();
-        let di = DeviceInputs::upload(p, x, s)?;
-        let inter_src = out.intermediate.as_deref().or(x.intermediate);
-        let dout = DeviceOutputs::alloc(p, inter_src, s)?;
-        // SAFETY: buffers sized for p, our stream and context.
-        let launched = unsafe { enqueue(&self.kernels, p, &di, &dout, s) };
-        if let Err(e) = launched {
-            let _ = self.gpu.sync(); // let the uploads finish before the host buffers can go
-            return Err(e);
-        }
-        dout.out.read(&mut out.output, s).map_err(be)?;
-        // the state destination: new_state, or the pool itself (MTP serving, in place)
-        let state_src = match (p.def.op, p.mtp_mode) {
-            (Op::Mtp, MtpMode::Serving) => di.state.as_ref(),
-            (Op::Mtp, MtpMode::Definition) => None,
-            _ => dout.new_state.as_ref(),
-        };
-        match (state_src, &mut out.state) {
-            (Some(src), StateBuf::F32(dst)) => src.read(dst, s).map_err(be)?,
-            (Some(src), StateBuf::BF16(dst)) => src.read(dst, s).map_err(be)?,
-            (None, dst) => copy_pool(x, dst)?,
-        }
-        if let (Some(src), Some(dst)) = (&dout.intermediate, out.intermediate.as_mut()) {
-            src.read(dst, s).map_err(be)?;
-        }
-        self.gpu.sync().map_err(be)
+        self.run_with(p, x, out, self.kernels.env_override())
+            .map(|_| ())
     }
 }
 

@@ -1,7 +1,8 @@
 //! Timing tiers (GDN.md §4, METHOD.md). Every tier cycles through the resident input sets, warms up
-//! first, and reports one sample per call in microseconds:
+//! first, and reports one sample per call in microseconds. A call is every launch of its plan (the chunk64
+//! prefill plan's prep and walk together: events bracket the pair, a graph captures both):
 //! * `kernel` — before each call an L2 flush (a memset of max(256 MiB, 4 × L2) on the same stream); CUDA
-//!   events are recorded immediately around the single launch while the flush is still running, so the
+//!   events are recorded immediately around the call's launch(es) while the flush is still running, so the
 //!   host's launch latency is hidden behind the flush and the events bracket the kernel alone.
 //! * `events` — flush, synchronise, then events around the whole host-side call path (argument checks,
 //!   kernel choice, launch): the flashinfer-bench way; includes launch overhead.
@@ -125,7 +126,8 @@ fn copy_kernel(b: &CudaBackend) -> Result<&CopyKernel> {
 }
 
 /// Runs the three tiers on `call`, cycling `sets` input sets (also used by `gdn-cuda-smoke` for its
-/// empty-kernel floor).
+/// empty-kernel floor). `what` names what one call enqueues (e.g. "one copy-kernel launch"); every tier
+/// times whole calls, so a call of several launches (the chunk64 prefill plan) is timed as one.
 pub fn tiers(
     b: &CudaBackend,
     sets: usize,
@@ -177,7 +179,7 @@ pub fn tiers(
         TierSamples {
             tier: "kernel".into(),
             method: format!(
-                "CUDA events recorded right around one {what} launch, queued behind a {} MiB memset that \
+                "CUDA events recorded right around {what}, queued behind a {} MiB memset that \
                  flushes L2 (launch latency hidden); {} input sets cycled",
                 flush_bytes >> 20,
                 sets
@@ -188,14 +190,14 @@ pub fn tiers(
             tier: "events".into(),
             method: format!(
                 "L2 flush, stream synchronise, then CUDA events around the host-side call path \
-                 (argument checks, kernel choice, {what} launch); {sets} input sets cycled"
+                 (argument checks, kernel choice, {what}); {sets} input sets cycled"
             ),
             samples_us: events,
         },
         TierSamples {
             tier: "graph".into(),
             method: format!(
-                "{GRAPH_CALLS} {what} calls captured in one CUDA graph and replayed; CUDA events around each \
+                "{GRAPH_CALLS} calls ({what} each) captured in one CUDA graph and replayed; CUDA events around each \
                  replay, divided by {GRAPH_CALLS} (hot L2, no launch gaps); {sets} input sets cycled"
             ),
             samples_us: graph,
@@ -283,12 +285,16 @@ pub fn time_problem(
         .first()
         .ok_or_else(|| be("time: no input sets given".into()))?;
     let outs = DeviceOutputs::alloc(p, first.intermediate, s)?;
+    // the workspace is sized here, before the warm-up and the graph capture (no allocation inside)
+    let force = b.kernels.env_override();
+    let ws = b.workspace_for(p, force)?;
     b.gpu.sync().map_err(be)?;
     let call = |i: usize, st: Stream| -> Result<()> {
-        // SAFETY: buffers sized for p; our stream.
-        unsafe { enqueue(&b.kernels, p, &sets[i], &outs, st) }.map(|_| ())
+        // SAFETY: buffers sized for p; our stream; the workspace is ours while `lock` is held.
+        unsafe { enqueue(&b.kernels, p, &sets[i], &outs, ws, force, st) }.map(|_| ())
     };
-    tiers(b, sets.len(), &call, cfg, "kernel").map_err(|e| {
+    let what = "the call's launches (one kernel, or the chunk64 prefill plan's prep + walk)";
+    tiers(b, sets.len(), &call, cfg, what).map_err(|e| {
         if failed.is_empty() {
             e
         } else {
@@ -343,8 +349,8 @@ pub fn time_copy(b: &CudaBackend, bytes: u64, cfg: &TimingConfig) -> Result<Vec<
         unsafe { result::memcpy_dtod_async(dst.ptr, srcs[i].ptr, half, st.0) }
             .map_err(|e| be(drv("cuMemcpyDtoDAsync", e)))
     };
-    let by_kernel = tiers(b, sets, &kernel_copy, cfg, "copy kernel")?;
-    let by_memcpy = tiers(b, sets, &memcpy, cfg, "cuMemcpyDtoDAsync")?;
+    let by_kernel = tiers(b, sets, &kernel_copy, cfg, "one copy-kernel launch")?;
+    let by_memcpy = tiers(b, sets, &memcpy, cfg, "one cuMemcpyDtoDAsync")?;
     Ok(by_kernel
         .into_iter()
         .zip(by_memcpy)

@@ -1,8 +1,10 @@
-//! The raw launch API: device pointers (u64) and sizes in, one kernel launch on the caller's stream out.
+//! The raw launch API: device pointers (u64) and sizes in, the call's kernel launches on the caller's stream
+//! out (one for decode / MTP and the fused prefill plan; prep then walk for the chunk64 prefill plan).
 //! No allocation, no host synchronisation, no copies: this is what a framework binding calls (it owns the
-//! tensors and the stream). Every argument is validated before the launch (required pointers present,
-//! alignment, head ratio, sizes, grid limits via the policy), the launch's own error is checked, and the
-//! kernel choice is `policy::choose` (with the `GDN_KERNEL=<name>` override read here).
+//! tensors, the stream and, for chunk64, the workspace: `KernelSet::prefill_workspace_bytes` says how much).
+//! Every argument is validated before the first launch (required pointers present, alignment, head ratio,
+//! sizes, workspace, grid limits via the policy), each launch's own error is checked, and the kernel choice
+//! is `policy::choose` / `policy::choose_prefill` (with the `GDN_KERNEL=<name>` override read here).
 //!
 //! `KernelSet` holds the loaded modules of the current context. Modules are compiled (NVRTC, disk cache)
 //! and loaded on first use, one per compilation unit, so a broken or missing source only disables its own
@@ -11,8 +13,8 @@
 
 use crate::context::drv;
 use crate::nvrtc;
-use crate::params::{PrefillParams, RecurrentParams};
-use crate::policy::{self, Choice, DeviceCaps, Rejection, Shape};
+use crate::params::{Prefill64Params, PrefillParams, RecurrentParams};
+use crate::policy::{self, Choice, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
 use crate::registry::{self, Module, StateDtype, Variant};
 use crate::sources::SourceSet;
 use cudarc::driver::{result, sys};
@@ -61,22 +63,65 @@ pub struct KernelSet {
 unsafe impl Send for KernelSet {}
 unsafe impl Sync for KernelSet {}
 
-/// What a launch did.
+/// One kernel launch of a call.
 #[derive(Clone, Debug, PartialEq)]
-pub struct LaunchInfo {
+pub struct KernelLaunch {
     pub kernel: &'static str,
     pub grid: (u32, u32, u32),
     pub block: u32,
     pub dyn_smem: u32,
 }
 
-impl From<&Choice> for LaunchInfo {
+impl From<&Choice> for KernelLaunch {
     fn from(c: &Choice) -> Self {
-        LaunchInfo {
+        KernelLaunch {
             kernel: c.variant.name,
             grid: c.grid,
             block: c.block,
             dyn_smem: c.dyn_smem,
+        }
+    }
+}
+
+/// What a call launched (or, from `CudaBackend::plan`, would launch).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchInfo {
+    pub plan: PlanKind,
+    /// The kernels in stream order (nothing is launched when the first grid is empty).
+    pub launches: Vec<KernelLaunch>,
+    /// Workspace the launches use (bytes; chunk64 only).
+    pub workspace_bytes: u64,
+}
+
+impl LaunchInfo {
+    fn recurrent(c: &Choice) -> LaunchInfo {
+        LaunchInfo {
+            plan: PlanKind::Recurrent,
+            launches: vec![c.into()],
+            workspace_bytes: 0,
+        }
+    }
+
+    pub fn prefill(p: &PrefillPlan) -> LaunchInfo {
+        LaunchInfo {
+            plan: p.kind(),
+            launches: p.launches().into_iter().map(KernelLaunch::from).collect(),
+            workspace_bytes: p.workspace_bytes(),
+        }
+    }
+
+    /// The last (main) kernel: the recurrent or fused kernel, or the chunk64 walk.
+    pub fn kernel(&self) -> &'static str {
+        self.launches.last().map_or("", |l| l.kernel)
+    }
+
+    /// `gdn_recurrent_...` for decode / MTP; `fused gdn_prefill_...` or
+    /// `chunk64 gdn_prefill64_prep+gdn_prefill64_walk_...` for prefill.
+    pub fn label(&self) -> String {
+        let names: Vec<&str> = self.launches.iter().map(|l| l.kernel).collect();
+        match self.plan {
+            PlanKind::Recurrent => names.join("+"),
+            k => format!("{} {}", k.name(), names.join("+")),
         }
     }
 }
@@ -168,6 +213,11 @@ pub struct PrefillArgs {
     pub state: u64,
     pub new_state: u64,
     pub out: u64,
+    /// Device scratch for the chunk64 plan (`KernelSet::prefill_workspace_bytes`; 256-byte aligned), or 0
+    /// when the plan needs none. Not read by the fused plan.
+    pub workspace: u64,
+    /// Bytes at `workspace`.
+    pub workspace_bytes: usize,
     pub num_seqs: usize,
     pub total_tokens: usize,
     pub num_q_heads: usize,
@@ -317,6 +367,53 @@ impl PrefillArgs {
             pad0: 0,
         }
     }
+
+    pub fn params64(&self) -> Prefill64Params {
+        Prefill64Params {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            a: self.a,
+            b: self.b,
+            a_log: self.a_log,
+            dt_bias: self.dt_bias,
+            cu_seqlens: self.cu_seqlens,
+            state: self.state,
+            new_state: self.new_state,
+            out: self.out,
+            workspace: self.workspace,
+            num_seqs: self.num_seqs as i64,
+            total_tokens: self.total_tokens as i64,
+            scale: self.scale,
+            num_q_heads: self.num_q_heads as i32,
+            num_v_heads: self.num_v_heads as i32,
+            pad0: 0,
+        }
+    }
+
+    /// The workspace a plan needs is present, aligned and large enough.
+    fn validate_workspace(&self, plan: &PrefillPlan) -> Result<()> {
+        let bytes = plan.workspace_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        need(
+            "workspace",
+            self.workspace,
+            registry::prefill64::WORKSPACE_ALIGN,
+        )?;
+        if (self.workspace_bytes as u64) < bytes {
+            return Err(bad(
+                "workspace",
+                format!(
+                    "{} bytes given; the {} plan needs {bytes} bytes",
+                    self.workspace_bytes,
+                    plan.kind().name()
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl KernelSet {
@@ -341,9 +438,44 @@ impl KernelSet {
         self.caps
     }
 
-    /// The policy's choice for a shape (with the `GDN_KERNEL` override, if set).
+    /// The policy's choice for a decode / MTP shape (with the `GDN_KERNEL` override, if set).
     pub fn choose(&self, shape: &Shape) -> std::result::Result<Choice, Rejection> {
         policy::choose(shape, &self.caps, self.force.as_deref())
+    }
+
+    /// The `GDN_KERNEL` override, if set.
+    pub fn env_override(&self) -> Option<&str> {
+        self.force.as_deref()
+    }
+
+    /// The prefill plan for a shape (with the `GDN_KERNEL` override, if set).
+    pub fn prefill_plan(&self, shape: &Shape) -> std::result::Result<PrefillPlan, Rejection> {
+        self.prefill_plan_with(shape, self.env_override())
+    }
+
+    /// The prefill plan for a shape with an explicit override (`None`: automatic, ignoring `GDN_KERNEL`).
+    pub fn prefill_plan_with(
+        &self,
+        shape: &Shape,
+        force: Option<&str>,
+    ) -> std::result::Result<PrefillPlan, Rejection> {
+        policy::choose_prefill(shape, &self.caps, force)
+    }
+
+    /// Device workspace (bytes) a prefill call of `shape` needs: 0 for the fused plan and for empty calls.
+    /// The caller allocates it (torch's allocator, the backend's cached buffer) and passes it in
+    /// `PrefillArgs::workspace`.
+    pub fn prefill_workspace_bytes(&self, shape: &Shape) -> Result<u64> {
+        Ok(self.prefill_plan(shape)?.workspace_bytes())
+    }
+
+    /// What a call of `shape` launches (with the `GDN_KERNEL` override, if set).
+    pub fn describe(&self, shape: &Shape) -> std::result::Result<LaunchInfo, Rejection> {
+        if shape.op == Op::Prefill {
+            self.prefill_plan(shape).map(|p| LaunchInfo::prefill(&p))
+        } else {
+            self.choose(shape).map(|c| LaunchInfo::recurrent(&c))
+        }
     }
 
     fn module(&self, m: &'static Module) -> Result<&LoadedModule> {
@@ -483,27 +615,59 @@ impl KernelSet {
             &choice,
             &params as *const RecurrentParams as *mut c_void,
             stream,
-        )
+        )?;
+        Ok(LaunchInfo::recurrent(&choice))
     }
 
-    /// Launches prefill on `stream`.
+    /// Launches prefill on `stream`: the plan's kernels, in order (with the `GDN_KERNEL` override, if set).
     ///
     /// # Safety
     /// As `launch_recurrent`; `cu_seqlens` must hold `num_seqs + 1` valid, non-decreasing offsets ending at
-    /// `total_tokens` (the kernel reads them on the device; they are not checked here).
+    /// `total_tokens` (the kernel reads them on the device; they are not checked here); `workspace` must
+    /// address `workspace_bytes` bytes of device memory that nothing else uses until the kernels have run.
     pub unsafe fn launch_prefill(
         &self,
         args: &PrefillArgs,
         stream: sys::CUstream,
     ) -> Result<LaunchInfo> {
+        self.launch_prefill_with(args, stream, self.env_override())
+    }
+
+    /// `launch_prefill` with an explicit override (`None`: automatic, ignoring `GDN_KERNEL`).
+    ///
+    /// # Safety
+    /// As `launch_prefill`.
+    pub unsafe fn launch_prefill_with(
+        &self,
+        args: &PrefillArgs,
+        stream: sys::CUstream,
+        force: Option<&str>,
+    ) -> Result<LaunchInfo> {
         args.validate()?;
-        let choice = self.choose(&args.shape())?;
-        let params = args.params();
-        self.launch(
-            &choice,
-            &params as *const PrefillParams as *mut c_void,
-            stream,
-        )
+        let plan = self.prefill_plan_with(&args.shape(), force)?;
+        let info = LaunchInfo::prefill(&plan);
+        if plan.is_empty() {
+            return Ok(info);
+        }
+        args.validate_workspace(&plan)?;
+        match &plan {
+            PrefillPlan::Fused { variant } => {
+                let params = args.params();
+                self.launch(
+                    variant,
+                    &params as *const PrefillParams as *mut c_void,
+                    stream,
+                )?;
+            }
+            PrefillPlan::Chunk64 { prep, walk, .. } => {
+                // both kernels read the same params; the walk consumes what the prep wrote (stream order)
+                let params = args.params64();
+                let p = &params as *const Prefill64Params as *mut c_void;
+                self.launch(prep, p, stream)?;
+                self.launch(walk, p, stream)?;
+            }
+        }
+        Ok(info)
     }
 
     /// One launch of a chosen variant with a params struct passed by value.
@@ -512,10 +676,9 @@ impl KernelSet {
         choice: &Choice,
         params: *mut c_void,
         stream: sys::CUstream,
-    ) -> Result<LaunchInfo> {
-        let info = LaunchInfo::from(choice);
+    ) -> Result<()> {
         if choice.is_empty() {
-            return Ok(info);
+            return Ok(());
         }
         let k = self.kernel(choice.variant)?;
         let mut args = [params];
@@ -535,7 +698,6 @@ impl KernelSet {
                 ),
                 e,
             ))
-        })?;
-        Ok(info)
+        })
     }
 }

@@ -28,16 +28,45 @@ pub mod resources;
 pub mod sources;
 
 pub use backend::CudaBackend;
-pub use launch::{KernelSet, LaunchInfo, PrefillArgs, RecurrentArgs};
-pub use policy::{Choice, DeviceCaps, Rejection, Shape};
+pub use launch::{KernelLaunch, KernelSet, LaunchInfo, PrefillArgs, RecurrentArgs};
+pub use policy::{Choice, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
 pub use registry::StateDtype;
 
-use gdn_core::{Backend, DType, Problem, Result, Timed};
+use gdn_core::{Backend, DType, Inputs, Outputs, Problem, Result, Timed};
 
-/// What the CLI needs from the CUDA backend: run + time.
-pub trait CudaLike: Backend + Timed {}
+/// What the CLI needs from the CUDA backend: run + time, and which plan runs.
+pub trait CudaLike: Backend + Timed {
+    /// What a call of `p` launches, as one label (`LaunchInfo::label`; with `GDN_KERNEL`).
+    fn plan_label(&self, p: &Problem) -> Result<String>;
+    /// The `GDN_KERNEL` override, when set (it then decides every call's plan).
+    fn kernel_override(&self) -> Option<String>;
+    /// Runs the prefill problem `p` with plan `kind` forced; returns the label of what ran.
+    fn run_prefill_plan(
+        &self,
+        p: &Problem,
+        x: &Inputs,
+        out: &mut Outputs,
+        kind: PlanKind,
+    ) -> Result<String>;
+}
 
-impl CudaLike for CudaBackend {}
+impl CudaLike for CudaBackend {
+    fn plan_label(&self, p: &Problem) -> Result<String> {
+        Ok(self.plan(p)?.label())
+    }
+    fn kernel_override(&self) -> Option<String> {
+        self.kernels().env_override().map(str::to_string)
+    }
+    fn run_prefill_plan(
+        &self,
+        p: &Problem,
+        x: &Inputs,
+        out: &mut Outputs,
+        kind: PlanKind,
+    ) -> Result<String> {
+        CudaBackend::run_prefill_plan(self, p, x, out, kind).map(|i| i.label())
+    }
+}
 
 /// Opens the CUDA backend on device 0, or says precisely why it cannot (no driver, no GPU, a GPU that is
 /// not Hopper — named with its compute capability —, no NVRTC or headers, with the places searched).

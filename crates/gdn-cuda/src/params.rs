@@ -1,9 +1,11 @@
 //! Rust mirrors of the kernels' parameter structs, byte for byte. Each kernel takes its struct by value
 //! (`const XParams p`), so the launch passes a pointer to one of these as the only kernel argument.
 //!
-//! The layouts below are checked at compile time (size and every offset). The CUDA side checks the size
-//! with `static_assert(sizeof(...) == N)`; its offsets are written in the field comments of the .cu files
-//! (NVRTC's front end has no constexpr `offsetof`), and a change there must change these asserts too.
+//! The layouts below are checked at compile time (size and every offset). The CUDA side's size is checked
+//! when each module compiles (`registry::MODULE_CONSTANTS` appends `sizeof(...) == N`, and recurrent.cu has
+//! its own `static_assert`); its offsets are written in the field comments of the .cu files (NVRTC's front
+//! end has no constexpr `offsetof`), `tests/registry.rs` compares them with these, and a change there must
+//! change these asserts too.
 //! Device pointers are `u64` (a `CUdeviceptr`); 0 is NULL.
 
 use std::mem::{offset_of, size_of};
@@ -130,6 +132,71 @@ const _: () = {
     assert!(offset_of!(PrefillParams, pad0) == 108);
 };
 
+/// `struct Prefill64Params` of `kernels/prefill64.cu` (both kernels of the chunk64 prefill plan), 128 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Prefill64Params {
+    /// bf16 [T, H, 128]
+    pub q: u64,
+    /// bf16 [T, H, 128]
+    pub k: u64,
+    /// bf16 [T, HV, 128]
+    pub v: u64,
+    /// bf16 [T, HV]
+    pub a: u64,
+    /// bf16 [T, HV]
+    pub b: u64,
+    /// f32 [HV]
+    pub a_log: u64,
+    /// f32 [HV]
+    pub dt_bias: u64,
+    /// i64 [N+1], device memory
+    pub cu_seqlens: u64,
+    /// f32|bf16 [N, HV, 128, 128] k-last (dtype by walk variant), or 0 (zeros)
+    pub state: u64,
+    /// same shape and dtype as state; every row written
+    pub new_state: u64,
+    /// bf16 [T, HV, 128]
+    pub out: u64,
+    /// device scratch of at least `registry::prefill64_workspace_bytes(T, N, HV)` bytes, 256-byte aligned
+    pub workspace: u64,
+    /// N
+    pub num_seqs: i64,
+    /// T (q.shape[0], known on the host: no device read)
+    pub total_tokens: i64,
+    /// resolved output scale (never 0)
+    pub scale: f32,
+    /// H
+    pub num_q_heads: i32,
+    /// HV (a multiple of H; need not be even)
+    pub num_v_heads: i32,
+    /// explicit padding (0)
+    pub pad0: i32,
+}
+
+const _: () = {
+    assert!(size_of::<Prefill64Params>() == 128);
+    assert!(std::mem::align_of::<Prefill64Params>() == 8);
+    assert!(offset_of!(Prefill64Params, q) == 0);
+    assert!(offset_of!(Prefill64Params, k) == 8);
+    assert!(offset_of!(Prefill64Params, v) == 16);
+    assert!(offset_of!(Prefill64Params, a) == 24);
+    assert!(offset_of!(Prefill64Params, b) == 32);
+    assert!(offset_of!(Prefill64Params, a_log) == 40);
+    assert!(offset_of!(Prefill64Params, dt_bias) == 48);
+    assert!(offset_of!(Prefill64Params, cu_seqlens) == 56);
+    assert!(offset_of!(Prefill64Params, state) == 64);
+    assert!(offset_of!(Prefill64Params, new_state) == 72);
+    assert!(offset_of!(Prefill64Params, out) == 80);
+    assert!(offset_of!(Prefill64Params, workspace) == 88);
+    assert!(offset_of!(Prefill64Params, num_seqs) == 96);
+    assert!(offset_of!(Prefill64Params, total_tokens) == 104);
+    assert!(offset_of!(Prefill64Params, scale) == 112);
+    assert!(offset_of!(Prefill64Params, num_q_heads) == 116);
+    assert!(offset_of!(Prefill64Params, num_v_heads) == 120);
+    assert!(offset_of!(Prefill64Params, pad0) == 124);
+};
+
 /// The `static_assert(sizeof(...))` each .cu file must carry, checked against the embedded sources by the
 /// tests: (source file, the exact assertion text's start).
 pub const CUDA_SIZE_ASSERTS: &[(&str, &str)] = &[
@@ -137,5 +204,6 @@ pub const CUDA_SIZE_ASSERTS: &[(&str, &str)] = &[
         "recurrent.cu",
         "static_assert(sizeof(RecurrentParams) == 128",
     ),
-    // prefill.cu states its size in a comment ("112 bytes") and has no static_assert yet.
+    // prefill.cu and prefill64.cu state their sizes in comments; the registry appends a size check of every
+    // params struct to each compile (`registry::MODULE_CONSTANTS`), so a mismatch fails the compile anyway.
 ];

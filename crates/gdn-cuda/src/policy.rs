@@ -8,15 +8,26 @@
 //!   (results/recurrent_kernels.md). Work per launch scales with B·HV and with 1/SMs, so the batch is first
 //!   converted to its qk4_v8-on-132-SMs equivalent `ceil(B · HV/8 · 132/SMs)` (the kernel notes' advice for
 //!   other head counts; not measured beyond qk4_v8).
-//! * Prefill (`prefill.cu`, results/prefill_kernels.md): each CTA owns BV value columns of one (sequence,
-//!   value head) and redoes the chunk preparation that all BV-tiles of a head share, so the widest tile
-//!   that still fills the GPU wins: `BV = largest of {128, 64, 32, 16} with N·HV·128/BV ≥ 0.9·SMs, else 16`.
-//!   HV must be even (the kernel copies gates as aligned bf16 pairs).
+//! * Prefill has two plans (`choose_prefill`):
+//!   - **fused** (`prefill.cu`, results/prefill_kernels.md): one kernel; each CTA owns BV value columns of
+//!     one (sequence, value head) and redoes the chunk preparation that all BV-tiles of a head share, so the
+//!     widest tile that still fills the GPU wins: `BV = largest of {128, 64, 32, 16} with
+//!     N·HV·128/BV ≥ 0.9·SMs, else 16`. HV must be even (the kernel copies gates as aligned bf16 pairs).
+//!   - **chunk64** (`prefill64.cu`): two launches on the stream: `gdn_prefill64_prep` prepares every
+//!     64-token chunk of every (sequence, value head) into a device workspace in parallel over chunks, then
+//!     `gdn_prefill64_walk_{f32,bf16}` walks each sequence's chunks (N·HV·8 CTAs). Measured on the H200 it is
+//!     slower than the fused plan in every ANCHORS configuration (results/prefill64.md), so the automatic rule
+//!     picks it only where the fused kernels cannot run: an odd HV (if its workspace
+//!     `(T/64 + N + 1)·HV·WS_CHUNK_BYTES ≤ CHUNK64_WORKSPACE_CAP` and its launches fit; otherwise the call is
+//!     rejected as `OddValueHeads`). The override below forces it for any shape (`gdn check` runs both plans).
 //! * An override (`GDN_KERNEL=<name>`, passed in by the caller) picks a variant by name; it must be of the
-//!   right family and state dtype, and still passes every limit check.
+//!   right family and state dtype, and still passes every limit check. For prefill, naming a `gdn_prefill_*`
+//!   kernel forces the fused plan with that kernel; naming `gdn_prefill64_prep` or the walk of the call's
+//!   state dtype forces the chunk64 plan.
 //! * Grid limits: gridDim.x ≤ 2³¹−1, gridDim.y/z ≤ 65 535; dynamic shared memory ≤ the device's opt-in limit.
 
 use crate::registry::{self, Family, GridOrder, StateDtype, Variant, HEAD_DIM};
+use crate::registry::{prefill64_slots, prefill64_workspace_bytes};
 use gdn_core::Op;
 use std::fmt;
 
@@ -98,6 +109,8 @@ pub const RECURRENT_TABLE: &[(Family, StateDtype, u64, &str)] = &[
 /// Prefill: the widest tile whose grid reaches NUM/DEN of the SM count.
 pub const PREFILL_FILL_NUM: u64 = 9;
 pub const PREFILL_FILL_DEN: u64 = 10;
+/// Largest chunk64 workspace (bytes): a call that would need more is refused (forced) or, with an odd HV, rejected.
+pub const CHUNK64_WORKSPACE_CAP: u64 = 1 << 30;
 /// Hardware grid limits (x, and y/z).
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 pub const MAX_GRID_YZ: u64 = 65_535;
@@ -195,6 +208,11 @@ pub enum Rejection {
         family: Family,
         state: StateDtype,
     },
+    /// A forced chunk64 plan whose workspace exceeds `CHUNK64_WORKSPACE_CAP`.
+    Workspace {
+        need: u64,
+        max: u64,
+    },
 }
 
 impl fmt::Display for Rejection {
@@ -214,7 +232,8 @@ impl fmt::Display for Rejection {
             ),
             Rejection::OddValueHeads { v } => write!(
                 f,
-                "prefill with num_v_heads {v}: the prefill kernels need an even number of value heads"
+                "prefill with num_v_heads {v}: the fused prefill kernels need an even number of value \
+                 heads (the chunk64 plan, which does not, cannot run this call)"
             ),
             Rejection::SeqLen { op, got } => write!(
                 f,
@@ -236,6 +255,10 @@ impl fmt::Display for Rejection {
                 f,
                 "no {family:?} kernel for {} state in this build",
                 state.name()
+            ),
+            Rejection::Workspace { need, max } => write!(
+                f,
+                "the chunk64 prefill plan needs a {need}-byte workspace, more than its cap of {max} bytes"
             ),
         }
     }
@@ -268,11 +291,31 @@ pub fn grid_of(v: &Variant, s: &Shape) -> (u64, u64, u64) {
     match v.grid {
         GridOrder::HeadMajor => (n * cph, h, hv / h.max(1)),
         GridOrder::Linear => (n * hv * cph, 1, 1),
+        GridOrder::ChunkSlots => (prefill64_slots(s.total_tokens as u64, n), hv, 1),
     }
 }
 
 /// Chooses the kernel for `s` on a device with `caps`; `force` names a variant to use instead.
+/// For prefill this is the kernel of the *fused* plan only: prefill calls go through [`choose_prefill`],
+/// which decides between the fused and the chunk64 plans.
 pub fn choose(s: &Shape, caps: &DeviceCaps, force: Option<&str>) -> Result<Choice, Rejection> {
+    check_call(s, caps)?;
+    if s.op == Op::Prefill && !s.num_v_heads.is_multiple_of(2) {
+        return Err(Rejection::OddValueHeads { v: s.num_v_heads });
+    }
+    let family = family_of(s.op);
+    let (variant, why) = match force {
+        Some(name) => (
+            forced(name, family, s.state)?,
+            format!("forced by override '{name}'"),
+        ),
+        None => automatic(s, caps, family)?,
+    };
+    configure(variant, s, caps, why)
+}
+
+/// Checks that hold for every kernel: architecture, head size, head ratio, sequence length.
+fn check_call(s: &Shape, caps: &DeviceCaps) -> Result<(), Rejection> {
     if caps.cc != SUPPORTED_CC {
         return Err(Rejection::Arch { cc: caps.cc });
     }
@@ -285,9 +328,6 @@ pub fn choose(s: &Shape, caps: &DeviceCaps, force: Option<&str>) -> Result<Choic
             v: s.num_v_heads,
         });
     }
-    if s.op == Op::Prefill && !s.num_v_heads.is_multiple_of(2) {
-        return Err(Rejection::OddValueHeads { v: s.num_v_heads });
-    }
     let seq_ok = match s.op {
         Op::Decode => s.seq_len == 1,
         Op::Mtp => s.seq_len >= 1 && s.seq_len <= i32::MAX as usize,
@@ -299,14 +339,16 @@ pub fn choose(s: &Shape, caps: &DeviceCaps, force: Option<&str>) -> Result<Choic
             got: s.seq_len,
         });
     }
-    let family = family_of(s.op);
-    let (variant, why) = match force {
-        Some(name) => (
-            forced(name, family, s.state)?,
-            format!("forced by override '{name}'"),
-        ),
-        None => automatic(s, caps, family)?,
-    };
+    Ok(())
+}
+
+/// The launch of `variant` for `s`, checked against the grid limits and the device's shared memory.
+fn configure(
+    variant: &'static Variant,
+    s: &Shape,
+    caps: &DeviceCaps,
+    why: String,
+) -> Result<Choice, Rejection> {
     let (gx, gy, gz) = grid_of(variant, s);
     for (dim, got, max) in [
         ("x", gx, MAX_GRID_X),
@@ -398,6 +440,200 @@ fn automatic(
         format!("<= {}", row.2)
     };
     Ok((v, format!("equivalent batch {equiv}: {range}")))
+}
+
+/// What one call launches: the recurrent kernel (decode / MTP) or one of the two prefill plans.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PlanKind {
+    /// Decode / MTP: one `recurrent.cu` kernel.
+    Recurrent,
+    /// Prefill in one `prefill.cu` kernel.
+    Fused,
+    /// Prefill in two `prefill64.cu` kernels (prep, walk) with a device workspace.
+    Chunk64,
+}
+
+impl PlanKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PlanKind::Recurrent => "recurrent",
+            PlanKind::Fused => "fused",
+            PlanKind::Chunk64 => "chunk64",
+        }
+    }
+}
+
+/// How a prefill call runs: the launches, in stream order, and the workspace they need.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PrefillPlan {
+    /// One `gdn_prefill_*` launch; no workspace.
+    Fused { variant: Choice },
+    /// `gdn_prefill64_prep` then `gdn_prefill64_walk_*`, sharing a workspace of `workspace_bytes`
+    /// (0 when there is nothing to launch).
+    Chunk64 {
+        prep: Choice,
+        walk: Choice,
+        workspace_bytes: u64,
+    },
+}
+
+impl PrefillPlan {
+    pub fn kind(&self) -> PlanKind {
+        match self {
+            PrefillPlan::Fused { .. } => PlanKind::Fused,
+            PrefillPlan::Chunk64 { .. } => PlanKind::Chunk64,
+        }
+    }
+
+    /// Nothing to launch (no sequences).
+    pub fn is_empty(&self) -> bool {
+        match self {
+            PrefillPlan::Fused { variant } => variant.is_empty(),
+            PrefillPlan::Chunk64 { walk, .. } => walk.is_empty(),
+        }
+    }
+
+    /// Device scratch the plan needs (bytes, 256-byte aligned): 0 for the fused plan.
+    pub fn workspace_bytes(&self) -> u64 {
+        match self {
+            PrefillPlan::Fused { .. } => 0,
+            PrefillPlan::Chunk64 {
+                workspace_bytes, ..
+            } => *workspace_bytes,
+        }
+    }
+
+    /// The launches, in stream order.
+    pub fn launches(&self) -> Vec<&Choice> {
+        match self {
+            PrefillPlan::Fused { variant } => vec![variant],
+            PrefillPlan::Chunk64 { prep, walk, .. } => vec![prep, walk],
+        }
+    }
+
+    /// `fused gdn_prefill_f32_bv16` / `chunk64 gdn_prefill64_prep+gdn_prefill64_walk_f32`.
+    pub fn label(&self) -> String {
+        let names: Vec<&str> = self.launches().iter().map(|c| c.variant.name).collect();
+        format!("{} {}", self.kind().name(), names.join("+"))
+    }
+
+    /// Why this plan (and kernel).
+    pub fn why(&self) -> &str {
+        match self {
+            PrefillPlan::Fused { variant } => &variant.why,
+            PrefillPlan::Chunk64 { walk, .. } => &walk.why,
+        }
+    }
+}
+
+/// Chooses the prefill plan for `s` (a prefill shape) on a device with `caps`; `force` names a kernel
+/// (`GDN_KERNEL`): a `gdn_prefill_*` kernel forces the fused plan with it, `gdn_prefill64_prep` or the
+/// walk of the call's state dtype forces chunk64. See the module comment for the automatic rule.
+pub fn choose_prefill(
+    s: &Shape,
+    caps: &DeviceCaps,
+    force: Option<&str>,
+) -> Result<PrefillPlan, Rejection> {
+    debug_assert_eq!(s.op, Op::Prefill, "choose_prefill takes prefill shapes");
+    check_call(s, caps)?;
+    let Some(name) = force else {
+        return automatic_prefill(s, caps);
+    };
+    let bad = |problem: String| Rejection::Override {
+        name: name.to_string(),
+        problem,
+    };
+    let v = registry::find(name).ok_or_else(|| bad("no such kernel in the registry".into()))?;
+    let forced_why = format!("forced by override '{name}'");
+    match v.family {
+        Family::Prefill => Ok(PrefillPlan::Fused {
+            variant: choose(s, caps, Some(name))?,
+        }),
+        Family::Prefill64Walk if v.state != s.state => Err(bad(format!(
+            "it is the chunk64 walk for {} state; this call has {} state",
+            v.state.name(),
+            s.state.name()
+        ))),
+        Family::Prefill64Prep | Family::Prefill64Walk => chunk64(s, caps, forced_why),
+        other => Err(bad(format!(
+            "it is a {other:?} kernel; a prefill call takes gdn_prefill_* (fused plan) or \
+             gdn_prefill64_* (chunk64 plan)"
+        ))),
+    }
+}
+
+/// The chunk64 plan for `s`, or why it cannot run (workspace cap, grid, shared memory, no variant).
+fn chunk64(s: &Shape, caps: &DeviceCaps, why: String) -> Result<PrefillPlan, Rejection> {
+    let of = |family| {
+        registry::VARIANTS
+            .iter()
+            .find(|v| {
+                v.family == family
+                    && v.hot
+                    && (family == Family::Prefill64Prep || v.state == s.state)
+            })
+            .ok_or(Rejection::NoVariant {
+                family,
+                state: s.state,
+            })
+    };
+    let (prep_v, walk_v) = (of(Family::Prefill64Prep)?, of(Family::Prefill64Walk)?);
+    let (t, n, hv) = (
+        s.total_tokens as u64,
+        s.num_seqs as u64,
+        s.num_v_heads as u64,
+    );
+    let need = prefill64_workspace_bytes(t, n, hv);
+    if need > CHUNK64_WORKSPACE_CAP {
+        return Err(Rejection::Workspace {
+            need,
+            max: CHUNK64_WORKSPACE_CAP,
+        });
+    }
+    let prep = configure(prep_v, s, caps, why.clone())?;
+    let walk = configure(walk_v, s, caps, why)?;
+    let workspace_bytes = if walk.is_empty() { 0 } else { need };
+    Ok(PrefillPlan::Chunk64 {
+        prep,
+        walk,
+        workspace_bytes,
+    })
+}
+
+fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Rejection> {
+    if !s.num_v_heads.is_multiple_of(2) {
+        let reason = format!("odd num_v_heads {}: only chunk64 runs it", s.num_v_heads);
+        return chunk64(s, caps, reason).map_err(|_| Rejection::OddValueHeads { v: s.num_v_heads });
+    }
+    let mut variant = choose(s, caps, None)?;
+    variant.why = format!(
+        "fused (chunk64 is slower in every measured configuration): {}",
+        variant.why
+    );
+    Ok(PrefillPlan::Fused { variant })
+}
+
+/// The override name that forces prefill plan `kind` for `s`: fused → the kernel the automatic fused rule
+/// picks; chunk64 → the walk of the state dtype. `gdn check` runs each prefill case once per plan this way.
+pub fn prefill_override_for(
+    kind: PlanKind,
+    s: &Shape,
+    caps: &DeviceCaps,
+) -> Result<&'static str, Rejection> {
+    match kind {
+        PlanKind::Fused => choose(s, caps, None).map(|c| c.variant.name),
+        PlanKind::Chunk64 => registry::candidates(Family::Prefill64Walk, s.state)
+            .find(|v| v.hot)
+            .map(|v| v.name)
+            .ok_or(Rejection::NoVariant {
+                family: Family::Prefill64Walk,
+                state: s.state,
+            }),
+        PlanKind::Recurrent => Err(Rejection::Override {
+            name: "recurrent".into(),
+            problem: "not a prefill plan".into(),
+        }),
+    }
 }
 
 /// The batch of the tuned configuration (HV = 8, 132 SMs) with the same work per SM: ceil(B·HV/8·132/SMs).

@@ -4,7 +4,8 @@
 //!
 //! Launch constants are copied from the kernel files' headers (each names its exported kernels with
 //! block size, CTAs per head and dynamic shared memory); `tests/registry.rs` checks that every name here is
-//! exported by its source and that every `extern "C" __global__` in a source is listed here.
+//! exported by its source and that every `extern "C" __global__` in a source is listed here, and every
+//! constant that the table also states as a C++ expression is checked by the compiler (`checks_appendix`).
 
 /// Which params struct a variant takes (and which operation it serves).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -13,8 +14,16 @@ pub enum Family {
     Decode,
     /// `recurrent.cu` `*_tn_*`: T tokens per request (run-time T >= 1), `RecurrentParams`.
     Mtp,
-    /// `prefill.cu`: packed varlen chunked prefill, `PrefillParams`.
+    /// `prefill.cu`: packed varlen chunked prefill in one fused kernel (the "fused" prefill plan),
+    /// `PrefillParams`.
     Prefill,
+    /// `prefill64.cu` `gdn_prefill64_prep`: first launch of the "chunk64" prefill plan. Per 64-token chunk
+    /// slot and value head it prepares the chunk's operands into the workspace; it reads no state, so its
+    /// registry `state` is a convention (F32) and is never matched. `Prefill64Params`.
+    Prefill64Prep,
+    /// `prefill64.cu` `gdn_prefill64_walk_*`: second launch of the "chunk64" plan: walks each sequence's
+    /// chunks from the workspace, carrying the state (f32 or bf16 storage). `Prefill64Params`.
+    Prefill64Walk,
 }
 
 /// Grid layout of a variant (N = requests or sequences, `cph` = `ctas_per_head`).
@@ -22,8 +31,13 @@ pub enum Family {
 pub enum GridOrder {
     /// `(N * cph, H, HV / H)`: recurrent.cu ORDER 0.
     HeadMajor,
-    /// `(N * HV * cph, 1, 1)`: recurrent.cu ORDER 1 (`_lin`, state-memory order) and prefill.cu.
+    /// `(N * HV * cph, 1, 1)`: recurrent.cu ORDER 1 (`_lin`, state-memory order), prefill.cu and the
+    /// prefill64 walk.
     Linear,
+    /// `(T / 64 + N + 1, HV, 1)`: one CTA per (64-token chunk slot, value head); the prefill64 prep.
+    /// `T / 64 + N + 1` bounds the number of chunks of any split of T tokens into N sequences (each
+    /// sequence's partial last chunk adds at most one) plus one spare slot (`prefill64_slots`).
+    ChunkSlots,
 }
 
 /// Storage dtype of the recurrent state (the math is fp32 either way).
@@ -95,9 +109,83 @@ pub const PREFILL: Module = Module {
     defines: &[],
 };
 
+/// prefill64.cu: the "chunk64" prefill plan (prep + walk, with a device workspace).
+pub const PREFILL64: Module = Module {
+    id: "prefill64",
+    source: "prefill64.cu",
+    defines: &[],
+};
+
 /// Head size every kernel assumes (K = V = 128).
 pub const HEAD_DIM: u32 = 128;
 const WARP: u32 = 32;
+
+/// The launch constants of `prefill64.cu`, in one place. Each is also the C++ constant named beside it,
+/// and the compile of `prefill64.cu` fails (`gdn_registry_check`, with both numbers) if they disagree:
+/// after changing the kernel, change the number here.
+pub mod prefill64 {
+    /// Dynamic shared memory of `gdn_prefill64_prep` (bytes) = `gdn_prefill64::PREP_SMEM`.
+    pub const PREP_SMEM: u32 = 70_144;
+    /// Dynamic shared memory of `gdn_prefill64_walk_*` (bytes) = `gdn_prefill64::WALK_SMEM`.
+    pub const WALK_SMEM: u32 = 219_920;
+    /// Workspace bytes per (chunk slot, value head) = `gdn_prefill64::WS_CHUNK_BYTES`.
+    pub const WS_CHUNK_BYTES: u64 = 56_064;
+    /// Threads per block of both kernels.
+    pub const BLOCK: u32 = 128;
+    /// Walk CTAs per (sequence, value head): grid.x = N · HV · WALK_CTAS_PER_HEAD.
+    pub const WALK_CTAS_PER_HEAD: u32 = 8;
+    /// Tokens per chunk (the prep grid has `T / CHUNK + N + 1` slots).
+    pub const CHUNK: u64 = 64;
+    /// Alignment the workspace pointer must have (bytes).
+    pub const WORKSPACE_ALIGN: u64 = 256;
+
+    pub(super) const PREP_SMEM_EXPR: &str = "gdn_prefill64::PREP_SMEM";
+    pub(super) const WALK_SMEM_EXPR: &str = "gdn_prefill64::WALK_SMEM";
+    pub(super) const WS_CHUNK_BYTES_EXPR: &str = "gdn_prefill64::WS_CHUNK_BYTES";
+}
+
+/// Chunk slots of the prefill64 plan for T tokens in N sequences: `T / 64 + N + 1` (64-bit).
+pub fn prefill64_slots(total_tokens: u64, num_seqs: u64) -> u64 {
+    total_tokens / prefill64::CHUNK + num_seqs + 1
+}
+
+/// Workspace bytes of the prefill64 plan: `slots · HV · WS_CHUNK_BYTES` (64-bit; saturates instead of
+/// wrapping, so an absurd shape is rejected by the workspace cap rather than under-allocated).
+pub fn prefill64_workspace_bytes(total_tokens: u64, num_seqs: u64, num_v_heads: u64) -> u64 {
+    prefill64_slots(total_tokens, num_seqs)
+        .saturating_mul(num_v_heads)
+        .saturating_mul(prefill64::WS_CHUNK_BYTES)
+}
+
+/// Module-wide constants (not tied to one kernel) that the table states as C++ expressions:
+/// (module id, what, expression, value). Checked like the per-variant ones; the params structs' sizes are
+/// checked here too (their offsets are checked against the .cu comments by `tests/registry.rs`).
+pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
+    (
+        "recurrent",
+        "params size (params.rs)",
+        "sizeof(RecurrentParams)",
+        size_of::<crate::params::RecurrentParams>() as u64,
+    ),
+    (
+        "prefill",
+        "params size (params.rs)",
+        "sizeof(PrefillParams)",
+        size_of::<crate::params::PrefillParams>() as u64,
+    ),
+    (
+        "prefill64",
+        "params size (params.rs)",
+        "sizeof(Prefill64Params)",
+        size_of::<crate::params::Prefill64Params>() as u64,
+    ),
+    (
+        "prefill64",
+        "workspace bytes per chunk slot and value head",
+        prefill64::WS_CHUNK_BYTES_EXPR,
+        prefill64::WS_CHUNK_BYTES,
+    ),
+];
 
 const fn recurrent(
     name: &'static str,
@@ -127,7 +215,7 @@ const fn prefill(
     name: &'static str,
     state: StateDtype,
     bv: u32,
-    producers: u32,
+    other_warps: u32,
     dyn_smem: u32,
     smem_expr: &'static str,
     block_expr: &'static str,
@@ -138,7 +226,7 @@ const fn prefill(
         family: Family::Prefill,
         state,
         grid: GridOrder::Linear,
-        block: WARP * (bv / 16 + producers),
+        block: WARP * (bv / 16 + other_warps),
         dyn_smem,
         ctas_per_head: HEAD_DIM / bv,
         smem_expr: Some(smem_expr),
@@ -147,12 +235,40 @@ const fn prefill(
     }
 }
 
+const fn prefill64_kernel(
+    name: &'static str,
+    family: Family,
+    state: StateDtype,
+    grid: GridOrder,
+    dyn_smem: u32,
+    smem_expr: &'static str,
+) -> Variant {
+    Variant {
+        name,
+        module: &PREFILL64,
+        family,
+        state,
+        grid,
+        block: prefill64::BLOCK,
+        dyn_smem,
+        ctas_per_head: match grid {
+            GridOrder::Linear => prefill64::WALK_CTAS_PER_HEAD,
+            _ => 1,
+        },
+        smem_expr: Some(smem_expr),
+        block_expr: None,
+        hot: true,
+    }
+}
+
+use std::mem::size_of;
 use Family::*;
-use GridOrder::{HeadMajor, Linear};
+use GridOrder::{ChunkSlots, HeadMajor, Linear};
 use StateDtype::{BF16, F32};
 
 /// Every variant gdn knows (recurrent.cu's header lists block / CTAS_PER_HEAD / grid of each export;
-/// prefill.cu's dynamic shared memory is `gdn_prefill::smem_bytes<BV, GDN_NP>()`).
+/// prefill.cu's dynamic shared memory is `gdn_prefill::smem_bytes<BV, GDN_NP>()`; prefill64.cu's
+/// constants are the `prefill64` module above).
 pub static VARIANTS: &[Variant] = &[
     recurrent(
         "gdn_recurrent_f32_t1_v4r2w8",
@@ -257,10 +373,10 @@ pub static VARIANTS: &[Variant] = &[
         "gdn_prefill_f32_bv16",
         F32,
         16,
-        5,
-        165_104,
+        7,
+        195_088,
         "gdn_prefill::smem_bytes<16, gdn_prefill::producers<16>()>()",
-        "32 * (1 + gdn_prefill::producers<16>())",
+        "32 * (1 + gdn_prefill::producers<16>() + gdn_prefill::idle_warps<16>())",
     ),
     prefill(
         "gdn_prefill_f32_bv32",
@@ -293,10 +409,10 @@ pub static VARIANTS: &[Variant] = &[
         "gdn_prefill_bf16_bv16",
         BF16,
         16,
-        5,
-        165_104,
+        7,
+        195_088,
         "gdn_prefill::smem_bytes<16, gdn_prefill::producers<16>()>()",
-        "32 * (1 + gdn_prefill::producers<16>())",
+        "32 * (1 + gdn_prefill::producers<16>() + gdn_prefill::idle_warps<16>())",
     ),
     prefill(
         "gdn_prefill_bf16_bv32",
@@ -324,6 +440,30 @@ pub static VARIANTS: &[Variant] = &[
         172_752,
         "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
         "32 * (8 + gdn_prefill::producers<128>())",
+    ),
+    prefill64_kernel(
+        "gdn_prefill64_prep",
+        Prefill64Prep,
+        F32, // reads no state (not matched)
+        ChunkSlots,
+        prefill64::PREP_SMEM,
+        prefill64::PREP_SMEM_EXPR,
+    ),
+    prefill64_kernel(
+        "gdn_prefill64_walk_f32",
+        Prefill64Walk,
+        F32,
+        Linear,
+        prefill64::WALK_SMEM,
+        prefill64::WALK_SMEM_EXPR,
+    ),
+    prefill64_kernel(
+        "gdn_prefill64_walk_bf16",
+        Prefill64Walk,
+        BF16,
+        Linear,
+        prefill64::WALK_SMEM,
+        prefill64::WALK_SMEM_EXPR,
     ),
 ];
 
@@ -375,6 +515,12 @@ pub fn checks_appendix(m: &Module) -> String {
             }
         }
     }
+    for (_, what, expr, value) in MODULE_CONSTANTS.iter().filter(|c| c.0 == m.id) {
+        id += 1;
+        out.push_str(&format!(
+            "template struct gdn_registry_check<{id}, ({expr}), {value}>;  // {what}\n"
+        ));
+    }
     out
 }
 
@@ -396,5 +542,41 @@ mod tests {
                 a.name
             );
         }
+    }
+
+    #[test]
+    fn prefill64_constants_are_checked_against_the_source() {
+        let text = checks_appendix(&PREFILL64);
+        for (expr, value) in [
+            (prefill64::PREP_SMEM_EXPR, prefill64::PREP_SMEM as u64),
+            (prefill64::WALK_SMEM_EXPR, prefill64::WALK_SMEM as u64),
+            (prefill64::WS_CHUNK_BYTES_EXPR, prefill64::WS_CHUNK_BYTES),
+        ] {
+            assert!(
+                text.contains(&format!("({expr}), {value}>")),
+                "{expr} not checked:\n{text}"
+            );
+        }
+        // prep + two walks (dynamic smem each) + params size + the workspace constant
+        assert_eq!(text.matches("gdn_registry_check<").count(), 3 + 2);
+        assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
+        assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
+    }
+
+    #[test]
+    fn prefill64_workspace_formula_is_64_bit() {
+        assert_eq!(prefill64_slots(0, 0), 1);
+        assert_eq!(prefill64_slots(63, 1), 2);
+        assert_eq!(prefill64_slots(64, 1), 3);
+        assert_eq!(prefill64_slots(65_536, 1), 1026);
+        // 4M tokens in 4096 sequences, 64 value heads: 69633 slots, ~222 GB (past u32 and i32)
+        let t = 4 << 20;
+        assert_eq!(prefill64_slots(t, 4096), 65_536 + 4096 + 1);
+        assert_eq!(
+            prefill64_workspace_bytes(t, 4096, 64),
+            69_633 * 64 * prefill64::WS_CHUNK_BYTES
+        );
+        assert!(prefill64_workspace_bytes(t, 4096, 64) > u32::MAX as u64);
+        assert_eq!(prefill64_workspace_bytes(u64::MAX, 1, 8), u64::MAX);
     }
 }

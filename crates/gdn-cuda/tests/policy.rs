@@ -1,10 +1,12 @@
-//! Kernel choice (GPU-free): every threshold of `policy::choose`, every rejection, the override.
+//! Kernel choice (GPU-free): every threshold of `policy::choose` and `policy::choose_prefill`, every
+//! rejection, the override.
 
 use gdn_core::Op;
 use gdn_cuda::policy::{
-    choose, equivalent_batch, DeviceCaps, Rejection, Shape, MAX_GRID_X, RECURRENT_TABLE,
+    choose, choose_prefill, equivalent_batch, prefill_override_for, Choice, DeviceCaps, PlanKind,
+    PrefillPlan, Rejection, Shape, CHUNK64_WORKSPACE_CAP, MAX_GRID_X, RECURRENT_TABLE,
 };
-use gdn_cuda::registry::{self, Family, StateDtype, VARIANTS};
+use gdn_cuda::registry::{self, prefill64, Family, StateDtype, VARIANTS};
 
 const H100: DeviceCaps = DeviceCaps::HOPPER_132;
 
@@ -32,7 +34,7 @@ fn recurrent_table_boundaries() {
         let (op, t) = match family {
             Family::Decode => (Op::Decode, 1),
             Family::Mtp => (Op::Mtp, 4),
-            Family::Prefill => unreachable!(),
+            _ => unreachable!("prefill families are not in the recurrent table"),
         };
         if *max_b == u64::MAX {
             assert_eq!(pick(&shape(op, 100_000, t, *st)), *kernel);
@@ -128,7 +130,7 @@ fn policy_kernels_are_registered_and_hot_and_every_hot_kernel_is_reachable() {
     }
     for v in VARIANTS
         .iter()
-        .filter(|v| v.hot && v.family != Family::Prefill)
+        .filter(|v| v.hot && matches!(v.family, Family::Decode | Family::Mtp))
     {
         assert!(
             RECURRENT_TABLE.iter().any(|r| r.3 == v.name),
@@ -249,7 +251,12 @@ fn override_is_checked() {
 
 #[test]
 fn every_family_and_dtype_has_a_hot_variant() {
-    for f in [Family::Decode, Family::Mtp, Family::Prefill] {
+    for f in [
+        Family::Decode,
+        Family::Mtp,
+        Family::Prefill,
+        Family::Prefill64Walk,
+    ] {
         for st in [StateDtype::F32, StateDtype::BF16] {
             assert!(
                 VARIANTS
@@ -259,4 +266,298 @@ fn every_family_and_dtype_has_a_hot_variant() {
             );
         }
     }
+}
+
+#[test]
+fn prefill64_prep_is_registered_once() {
+    let preps: Vec<_> = VARIANTS
+        .iter()
+        .filter(|v| v.family == Family::Prefill64Prep)
+        .collect();
+    assert_eq!(preps.len(), 1);
+    assert!(preps[0].hot);
+}
+
+// ---- prefill plans (fused vs chunk64) ----
+
+/// A prefill shape: `n` sequences, `t` tokens in all, `hv` value heads (H = 1 unless hv is a multiple of 4).
+fn pre(n: usize, t: usize, hv: usize, state: StateDtype) -> Shape {
+    Shape {
+        op: Op::Prefill,
+        num_q_heads: if hv.is_multiple_of(4) { hv / 2 } else { 1 },
+        num_v_heads: hv,
+        head_size: 128,
+        num_seqs: n,
+        seq_len: 0,
+        total_tokens: t,
+        state,
+    }
+}
+
+fn plan(s: &Shape) -> PrefillPlan {
+    choose_prefill(s, &H100, None).unwrap()
+}
+
+fn kind(s: &Shape) -> PlanKind {
+    plan(s).kind()
+}
+
+/// Force the chunk64 plan (the automatic rule only picks it for an odd HV).
+fn plan64(s: &Shape) -> Result<PrefillPlan, Rejection> {
+    let walk = match s.state {
+        StateDtype::F32 => "gdn_prefill64_walk_f32",
+        StateDtype::BF16 => "gdn_prefill64_walk_bf16",
+    };
+    choose_prefill(s, &H100, Some(walk))
+}
+
+#[test]
+fn automatic_prefill_is_fused_for_even_value_heads() {
+    use StateDtype::{BF16, F32};
+    // chunk64 measured slower everywhere (results/prefill64.md): even HV is always fused, long or short
+    for s in [
+        pre(1, 128, 8, F32),
+        pre(1, 65_536, 8, F32),
+        pre(4, 4 * 2048, 8, BF16),
+        pre(30, 8120, 8, F32),
+        pre(64, 64 * 1024, 8, BF16),
+        pre(1, 8192, 32, F32),
+    ] {
+        let p = plan(&s);
+        assert_eq!(p.kind(), PlanKind::Fused, "{s:?}");
+        assert_eq!(p.workspace_bytes(), 0);
+        assert!(p.why().contains("fused"), "{}", p.why());
+    }
+}
+
+#[test]
+fn chunk64_workspace_cap_and_formula() {
+    use StateDtype::F32;
+    let per_slot = 8 * prefill64::WS_CHUNK_BYTES; // HV = 8
+    let max_slots = CHUNK64_WORKSPACE_CAP / per_slot;
+    // slots = T/64 + N + 1 with N = 1: the largest T whose workspace fits
+    let t_max = ((max_slots - 2) * 64 + 63) as usize;
+    let p = plan64(&pre(1, t_max, 8, F32)).unwrap();
+    assert_eq!(p.kind(), PlanKind::Chunk64);
+    assert_eq!(p.workspace_bytes(), max_slots * per_slot);
+    assert!(p.workspace_bytes() <= CHUNK64_WORKSPACE_CAP);
+    let p = plan(&pre(1, t_max + 1, 8, F32));
+    assert_eq!(p.kind(), PlanKind::Fused, "{}", p.why());
+    assert_eq!(p.workspace_bytes(), 0);
+    // forced past the cap: a rejection naming the bytes
+    let e = choose_prefill(
+        &pre(1, t_max + 1, 8, F32),
+        &H100,
+        Some("gdn_prefill64_walk_f32"),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        Rejection::Workspace {
+            need: (max_slots + 1) * per_slot,
+            max: CHUNK64_WORKSPACE_CAP
+        }
+    );
+    assert!(e.to_string().contains("workspace"));
+    // 64-bit all the way: millions of tokens, thousands of sequences, many heads
+    let big = pre(4096, 4 << 20, 64, F32);
+    assert_eq!(
+        registry::prefill64_workspace_bytes(4 << 20, 4096, 64),
+        (65_536 + 4096 + 1) * 64 * prefill64::WS_CHUNK_BYTES
+    );
+    assert_eq!(kind(&big), PlanKind::Fused);
+    assert!(matches!(
+        choose_prefill(&big, &H100, Some("gdn_prefill64_prep")),
+        Err(Rejection::Workspace { need, .. }) if need > u32::MAX as u64
+    ));
+}
+
+#[test]
+fn chunk64_grids_and_launches() {
+    use StateDtype::{BF16, F32};
+    let (n, t, hv) = (3usize, 3 * 1000 + 7, 8usize);
+    // 3 sequences of ~1000 tokens, forced
+    let p = plan64(&pre(n, t, hv, BF16)).unwrap();
+    let PrefillPlan::Chunk64 {
+        prep,
+        walk,
+        workspace_bytes,
+    } = &p
+    else {
+        panic!("expected chunk64: {p:?}");
+    };
+    let slots = (t / 64 + n + 1) as u32;
+    assert_eq!(prep.variant.name, "gdn_prefill64_prep");
+    assert_eq!(prep.grid, (slots, hv as u32, 1));
+    assert_eq!((prep.block, prep.dyn_smem), (128, prefill64::PREP_SMEM));
+    assert_eq!(walk.variant.name, "gdn_prefill64_walk_bf16");
+    assert_eq!(walk.grid, ((n * hv * 8) as u32, 1, 1));
+    assert_eq!((walk.block, walk.dyn_smem), (128, prefill64::WALK_SMEM));
+    assert_eq!(
+        *workspace_bytes,
+        slots as u64 * hv as u64 * prefill64::WS_CHUNK_BYTES
+    );
+    let names: Vec<_> = p.launches().iter().map(|c| c.variant.name).collect();
+    assert_eq!(names, ["gdn_prefill64_prep", "gdn_prefill64_walk_bf16"]);
+    assert_eq!(
+        p.label(),
+        "chunk64 gdn_prefill64_prep+gdn_prefill64_walk_bf16"
+    );
+    assert_eq!(
+        plan64(&pre(1, 4096, 8, F32)).unwrap().launches()[1]
+            .variant
+            .name,
+        "gdn_prefill64_walk_f32"
+    );
+    // the fused plan is today's single kernel, with no workspace
+    let f = plan(&pre(5, 100, 8, F32));
+    assert_eq!(f.launches().len(), 1);
+    assert_eq!(f.workspace_bytes(), 0);
+    assert!(f.label().starts_with("fused gdn_prefill_f32_bv"));
+    assert_eq!(
+        f,
+        PrefillPlan::Fused {
+            variant: Choice {
+                why: f.why().to_string(),
+                ..choose(&pre(5, 100, 8, F32), &H100, None).unwrap()
+            }
+        }
+    );
+}
+
+#[test]
+fn empty_prefill_launches_nothing_and_needs_no_workspace() {
+    use StateDtype::F32;
+    // N = 0 (T = 0): fused, empty, as before
+    let p = plan(&pre(0, 0, 8, F32));
+    assert_eq!(p.kind(), PlanKind::Fused);
+    assert!(p.is_empty());
+    // forced chunk64 with N = 0: nothing to launch, no workspace
+    let p = choose_prefill(&pre(0, 0, 8, F32), &H100, Some("gdn_prefill64_walk_f32")).unwrap();
+    assert_eq!(p.kind(), PlanKind::Chunk64);
+    assert!(p.is_empty());
+    assert_eq!(p.workspace_bytes(), 0);
+    // T = 0 with sequences: the fused kernel still writes their (zero) states
+    let p = plan(&pre(3, 0, 8, F32));
+    assert_eq!(p.kind(), PlanKind::Fused);
+    assert!(!p.is_empty());
+}
+
+#[test]
+fn override_forces_either_prefill_plan() {
+    use StateDtype::{BF16, F32};
+    let short = pre(8, 800, 8, F32); // fused by the rule
+    let long = pre(1, 65_536, 8, F32); // fused by the rule too
+    assert_eq!(kind(&short), PlanKind::Fused);
+    assert_eq!(kind(&long), PlanKind::Fused);
+    let forced = |s: &Shape, name| choose_prefill(s, &H100, Some(name));
+    // naming the walk (of the state dtype) or the prep forces chunk64
+    let p = forced(&short, "gdn_prefill64_walk_f32").unwrap();
+    assert_eq!(p.kind(), PlanKind::Chunk64);
+    assert!(p.why().contains("forced"));
+    assert_eq!(
+        forced(&short, "gdn_prefill64_prep").unwrap().kind(),
+        PlanKind::Chunk64
+    );
+    assert!(matches!(
+        forced(&short, "gdn_prefill64_walk_bf16"),
+        Err(Rejection::Override { .. })
+    ));
+    assert_eq!(
+        forced(&pre(1, 100, 8, BF16), "gdn_prefill64_walk_bf16")
+            .unwrap()
+            .launches()[1]
+            .variant
+            .name,
+        "gdn_prefill64_walk_bf16"
+    );
+    // naming a fused kernel forces the fused plan with that kernel
+    let p = forced(&long, "gdn_prefill_f32_bv32").unwrap();
+    assert_eq!(p.kind(), PlanKind::Fused);
+    assert_eq!(p.launches()[0].variant.name, "gdn_prefill_f32_bv32");
+    assert!(matches!(
+        forced(&long, "gdn_prefill_bf16_bv32"),
+        Err(Rejection::Override { .. })
+    ));
+    // a recurrent kernel or an unknown name is refused
+    for name in ["gdn_recurrent_f32_t1_v4r2w8", "nope"] {
+        assert!(matches!(
+            forced(&long, name),
+            Err(Rejection::Override { .. })
+        ));
+    }
+    // and a prefill64 kernel cannot run decode
+    assert!(matches!(
+        choose(
+            &shape(Op::Decode, 4, 1, StateDtype::F32),
+            &H100,
+            Some("gdn_prefill64_walk_f32")
+        ),
+        Err(Rejection::Override { .. })
+    ));
+    // the names `gdn check` uses to run each plan
+    assert_eq!(
+        prefill_override_for(PlanKind::Chunk64, &short, &H100).unwrap(),
+        "gdn_prefill64_walk_f32"
+    );
+    assert_eq!(
+        prefill_override_for(PlanKind::Fused, &long, &H100).unwrap(),
+        choose(&long, &H100, None).unwrap().variant.name
+    );
+    for k in [PlanKind::Fused, PlanKind::Chunk64] {
+        let name = prefill_override_for(k, &long, &H100).unwrap();
+        assert_eq!(forced(&long, name).unwrap().kind(), k);
+        let name = prefill_override_for(k, &short, &H100).unwrap();
+        assert_eq!(forced(&short, name).unwrap().kind(), k);
+    }
+}
+
+#[test]
+fn odd_value_heads_run_only_on_chunk64() {
+    use StateDtype::F32;
+    // qk1_v3: even a short call goes to chunk64 (the fused kernels need an even HV)
+    let s = pre(2, 20, 3, F32);
+    let p = plan(&s);
+    assert_eq!(p.kind(), PlanKind::Chunk64);
+    assert!(p.why().contains("odd"), "{}", p.why());
+    let (t, n) = (20, 2);
+    assert_eq!(p.launches()[0].grid, (t / 64 + n + 1, 3, 1));
+    // forcing the fused plan, or a chunk64 that does not fit, is refused with the reason
+    assert!(matches!(
+        choose_prefill(&s, &H100, Some("gdn_prefill_f32_bv16")),
+        Err(Rejection::OddValueHeads { v: 3 })
+    ));
+    assert!(matches!(
+        choose(&s, &H100, None),
+        Err(Rejection::OddValueHeads { v: 3 })
+    ));
+    let huge = pre(1, 1 << 22, 3, F32);
+    assert!(matches!(
+        choose_prefill(&huge, &H100, None),
+        Err(Rejection::OddValueHeads { v: 3 })
+    ));
+}
+
+#[test]
+fn chunk64_needs_its_shared_memory() {
+    use StateDtype::F32;
+    // a device with room for the fused kernels (<= 195088 bytes) but not the chunk64 walk
+    let small = DeviceCaps {
+        max_dyn_smem: 200_000,
+        ..H100
+    };
+    assert!(prefill64::WALK_SMEM > small.max_dyn_smem);
+    let long = pre(1, 65_536, 8, F32);
+    let p = choose_prefill(&long, &small, None).unwrap();
+    assert_eq!(p.kind(), PlanKind::Fused);
+    assert!(matches!(
+        choose_prefill(&long, &small, Some("gdn_prefill64_prep")),
+        Err(Rejection::SharedMemory {
+            kernel: "gdn_prefill64_walk_f32",
+            ..
+        })
+    ));
+    // the registry's numbers fit a 132-SM Hopper
+    const { assert!(prefill64::WALK_SMEM <= H100.max_dyn_smem) };
+    const { assert!(prefill64::PREP_SMEM <= H100.max_dyn_smem) };
 }

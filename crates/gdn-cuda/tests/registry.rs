@@ -1,5 +1,5 @@
 //! The registry against the kernel sources (GPU-free): every registered kernel is exported by its source,
-//! every exported kernel is registered, and the params structs' sizes and offsets match the .cu files.
+//! every exported kernel is registered, and the params structs' offsets match the .cu files' comments.
 
 use gdn_cuda::registry::{self, VARIANTS};
 use gdn_cuda::sources::SourceSet;
@@ -35,11 +35,46 @@ fn exported(src: &str) -> BTreeSet<String> {
         } else if let Some(rest) = line.strip_prefix("GDN_PREFILL_KERNEL(") {
             out.insert(rest.split(',').next().unwrap().trim().to_string());
         } else if line.starts_with("extern \"C\" __global__") && !line.contains("##") {
-            let before_paren = line.split('(').next().unwrap();
-            out.insert(before_paren.split_whitespace().last().unwrap().to_string());
+            out.insert(kernel_name(line));
         }
     }
     out
+}
+
+/// The name declared by an `extern "C" __global__ ...` line: the identifier before the parameter list,
+/// after removing a `__launch_bounds__(...)` qualifier.
+fn kernel_name(line: &str) -> String {
+    let mut l = line.to_string();
+    if let Some(at) = l.find("__launch_bounds__(") {
+        let open = at + "__launch_bounds__".len();
+        let mut depth = 0;
+        let mut end = l.len();
+        for (i, c) in l[open..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        l.replace_range(at..end, " ");
+    }
+    let before_paren = l.split('(').next().unwrap();
+    before_paren.split_whitespace().last().unwrap().to_string()
+}
+
+#[test]
+fn kernel_names_are_parsed_with_and_without_launch_bounds() {
+    let src = "extern \"C\" __global__ void plain(const P p) {}\n\
+               extern \"C\" __global__ void __launch_bounds__(128) lb1(const P p) {}\n\
+               extern \"C\" __global__ void __launch_bounds__(32 * (4 + f<2>()), 1) lb2(const P p) {}\n";
+    let got: Vec<String> = exported(src).into_iter().collect();
+    assert_eq!(got, ["lb1", "lb2", "plain"]);
 }
 
 #[test]
@@ -131,6 +166,31 @@ fn params_offsets_match_the_cuda_comments() {
     assert_eq!(
         commented_offsets(s.get("prefill.cu").unwrap(), "PrefillParams"),
         pre
+    );
+    use gdn_cuda::params::Prefill64Params as P64;
+    let pre64 = [
+        offset_of!(P64, q),
+        offset_of!(P64, k),
+        offset_of!(P64, v),
+        offset_of!(P64, a),
+        offset_of!(P64, b),
+        offset_of!(P64, a_log),
+        offset_of!(P64, dt_bias),
+        offset_of!(P64, cu_seqlens),
+        offset_of!(P64, state),
+        offset_of!(P64, new_state),
+        offset_of!(P64, out),
+        offset_of!(P64, workspace),
+        offset_of!(P64, num_seqs),
+        offset_of!(P64, total_tokens),
+        offset_of!(P64, scale),
+        offset_of!(P64, num_q_heads),
+        offset_of!(P64, num_v_heads),
+        offset_of!(P64, pad0),
+    ];
+    assert_eq!(
+        commented_offsets(s.get("prefill64.cu").unwrap(), "Prefill64Params"),
+        pre64
     );
     for (file, text) in gdn_cuda::params::CUDA_SIZE_ASSERTS {
         assert!(

@@ -1,5 +1,7 @@
 //! Device path: CUDA tensors launch gdn-cuda's kernels through its raw-pointer API (`launch.rs`) on the
 //! caller's stream — the tensors' own device pointers, no allocation, no copy, no host synchronisation.
+//! The chunk64 prefill plan's workspace is allocated by the Python layer through torch (its caching
+//! allocator, on the tensors' device: graph-capturable) between `workspace_bytes` and `run`.
 //!
 //! Per CUDA device, on first use: the driver is loaded, the device's primary context (the one torch uses)
 //! is retained, NVRTC is checked and every kernel module is compiled and loaded up front (disk-cached), so
@@ -78,12 +80,28 @@ fn state_dtype(d: DType) -> StateDtype {
     }
 }
 
-/// Launches a validated device problem on `stream` (a `CUstream` handle) of device `dev`.
+/// Device workspace (bytes) the call needs on device `dev` (0 for everything but the chunk64 prefill plan).
+pub fn workspace_bytes(c: &Checked, dev: i32) -> Result<u64, ArgError> {
+    let p = &c.problem;
+    let op = p.def.op;
+    if op != Op::Prefill || p.dims.num_seqs == 0 {
+        return Ok(0);
+    }
+    let fail = |e: String| ArgError::Runtime(format!("gdn.{}: CUDA backend: {e}", op.name()));
+    let d = device(dev).map_err(fail)?;
+    d.kernels
+        .prefill_workspace_bytes(&gdn_cuda::shape_of(p))
+        .map_err(|e| gdn_err(op, e))
+}
+
+/// Launches a validated device problem on `stream` (a `CUstream` handle) of device `dev`. `workspace` is
+/// the scratch of `workspace_bytes` bytes (a CUDA uint8 tensor of the same device), when that is not 0.
 pub fn run(
     c: &Checked,
     dev: i32,
     output: &Desc,
     state_out: Option<&Desc>,
+    workspace: Option<&Desc>,
     stream: u64,
 ) -> Result<(), ArgError> {
     let p = &c.problem;
@@ -117,6 +135,8 @@ pub fn run(
                     state: ptr("state"),
                     new_state: state_out.map_or(0, Desc::ptr),
                     out: output.ptr(),
+                    workspace: workspace.map_or(0, Desc::ptr),
+                    workspace_bytes: workspace.map_or(0, Desc::numel),
                     num_seqs: p.dims.num_seqs,
                     total_tokens: p.dims.total_tokens,
                     num_q_heads: h.num_q_heads,

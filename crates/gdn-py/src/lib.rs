@@ -2,8 +2,10 @@
 //!
 //! A call is two steps, so that Python can allocate missing outputs between them:
 //!   `plan(op, inputs, scale, serving)` validates every input (no data is read) and returns a [`Plan`]
-//!   that knows the output shapes; `Plan.run(output, state_out, stream)` validates the destinations and
-//!   runs on the host (CPU backend) or launches on the CUDA stream given (no allocation, no sync).
+//!   that knows the output shapes and the device workspace the call needs (`workspace_bytes`: non-zero only
+//!   for the chunk64 prefill plan); `Plan.run(output, state_out, stream, workspace)` validates the
+//!   destinations and runs on the host (CPU backend) or launches on the CUDA stream given (no allocation,
+//!   no sync).
 
 mod args;
 mod device;
@@ -61,15 +63,30 @@ impl Plan {
         self.c.problem.scale
     }
 
+    /// Bytes of device workspace `run` needs (a CUDA uint8 tensor of the inputs' device): 0 on the host and
+    /// for every plan but chunk64 prefill. Opens the device on first use.
+    #[getter]
+    fn workspace_bytes(&self, py: Python<'_>) -> PyResult<u64> {
+        match self.c.device {
+            Device::Host => Ok(0),
+            Device::Cuda(dev) => py
+                .detach(|| device::workspace_bytes(&self.c, dev))
+                .map_err(Into::into),
+        }
+    }
+
     /// Checks the destinations and runs. `state_out` is None only for MTP in definition mode (pool not
     /// updated); in serving mode it is the pool itself. `stream` is the CUDA stream handle (ignored on host).
-    #[pyo3(signature = (output, state_out, stream=0))]
+    /// `workspace`: a uint8 tensor of at least `workspace_bytes` bytes on the inputs' CUDA device, or None
+    /// when that is 0 (the launch checks its size and 256-byte alignment).
+    #[pyo3(signature = (output, state_out, stream=0, workspace=None))]
     fn run(
         &self,
         py: Python<'_>,
         output: Desc,
         state_out: Option<Desc>,
         stream: u64,
+        workspace: Option<Desc>,
     ) -> PyResult<()> {
         let c = &self.c;
         let p = &c.problem;
@@ -90,13 +107,54 @@ impl Plan {
                 )
             }
         }
+        if let Some(w) = &workspace {
+            check_workspace(c, w)?;
+        }
         let r = match c.device {
             Device::Host => py.detach(|| host::run(c, &output, state_out.as_ref())),
-            Device::Cuda(dev) => {
-                py.detach(|| device::run(c, dev, &output, state_out.as_ref(), stream))
-            }
+            Device::Cuda(dev) => py.detach(|| {
+                device::run(
+                    c,
+                    dev,
+                    &output,
+                    state_out.as_ref(),
+                    workspace.as_ref(),
+                    stream,
+                )
+            }),
         };
         r.map_err(Into::into)
+    }
+}
+
+/// A workspace tensor: uint8, contiguous, on the inputs' CUDA device (size and alignment are checked by
+/// the launch, against the plan).
+fn check_workspace(c: &Checked, w: &Desc) -> Result<(), ArgError> {
+    let f = format!("gdn.{}", c.problem.def.op.name());
+    if w.3 != "uint8" {
+        return Err(ArgError::Type(format!(
+            "{f}: argument 'workspace': expected dtype uint8, got {}",
+            w.3
+        )));
+    }
+    if c.device == Device::Host || w.device() != i64::from(device_index(c.device)) {
+        return Err(ArgError::Value(format!(
+            "{f}: argument 'workspace': must be on the inputs' CUDA device"
+        )));
+    }
+    if w.shape().len() != 1 || w.2.first().is_some_and(|&s| s != 1 && w.numel() > 1) {
+        return Err(ArgError::Value(format!(
+            "{f}: argument 'workspace': must be a contiguous 1-D tensor, got shape {:?}",
+            w.shape()
+        )));
+    }
+    Ok(())
+}
+
+fn device_index(d: Device) -> i32 {
+    match d {
+        Device::Host => -1,
+        Device::Cuda(i) => i,
     }
 }
 

@@ -430,3 +430,22 @@ def test_mixed_devices_and_missing_gpu():
     assert isinstance(reason, str) and reason
     with pytest.raises(RuntimeError):
         plan.run(o, s, 0)
+
+
+def test_workspace_only_on_cuda():
+    names = ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "cu_seqlens"]
+    x = list(zip(names, prefill_inputs([5, 700], 4, 8)))
+    host = _gdn.plan("prefill", fake_descs(x, lambda n: -1))
+    assert host.workspace_bytes == 0  # the CPU backend needs no scratch
+    plan = _gdn.plan("prefill", fake_descs(x, lambda n: 0))
+    o = (8192, (705, 8, D), (8 * D, D, 1), "bfloat16", 0)
+    s = (16384, (2, 8, D, D), (8 * D * D, D * D, D, 1), "float32", 0)
+    w = (32768, (64,), (1,), "float32", 0)
+    with pytest.raises(TypeError, match="'workspace'.*uint8"):
+        plan.run(o, s, 0, w)
+    with pytest.raises(ValueError, match="'workspace'.*device"):
+        plan.run(o, s, 0, (32768, (64,), (1,), "uint8", 1))
+    if gdn.cuda_unavailable_reason() is None:
+        pytest.skip("a GPU is present: the fake device addresses must not be launched on")
+    with pytest.raises(RuntimeError):
+        plan.workspace_bytes  # opening the (absent) GPU fails with the reason

@@ -3,8 +3,8 @@ device machine by scripts/device_python.sh).
 
 Compares gdn's CUDA kernels, called on torch CUDA tensors, with a reference equivalent to the definitions'
 PyTorch `run` code (embedded here: the definitions are not on the device machine), and checks CUDA-graph
-capture and replay, a non-default stream, in-place state, odd batch sizes, MTP and zero-length prefill
-sequences.
+capture and replay, a non-default stream, in-place state, odd batch sizes, MTP, zero-length prefill
+sequences and both prefill plans (fused, chunk64 with its torch-allocated workspace).
 """
 import math
 
@@ -276,6 +276,41 @@ def test_prefill_variants():
     o, ns = gdn.prefill(*x)
     torch.cuda.synchronize()
     assert o.shape == (0, 8, D) and not ns.any()
+
+
+# Few long sequences run as the two-kernel chunk64 plan (policy: mean length >= 512 and N*HV*8 <= 2*SMs),
+# with its workspace from torch's caching allocator; odd HV runs only there.
+@pytest.mark.parametrize("H,HV,state_dtype", [(4, 8, torch.float32), (4, 8, torch.bfloat16), (1, 3, torch.float32)])
+def test_prefill_chunk64(H, HV, state_dtype):
+    x = prefill_inputs([700, 0, 900], H, HV, seed=13, state_dtype=state_dtype)  # mean 533
+    o, ns = gdn.prefill(*x)
+    ro, rs = ref_prefill(*x, None)
+    close(o, ro, "output (chunk64)", OUT_L2)
+    close(ns.float(), rs, "new_state (chunk64)", PREFILL_STATE_L2 if state_dtype == torch.float32 else BF16_L2)
+    assert ns.dtype == state_dtype and not ns[1].any()
+
+
+def test_prefill_chunk64_graph_capture():
+    x = prefill_inputs([1024, 640], 4, 8, seed=14)
+    out = torch.empty_like(x[2])
+    new_state = torch.empty_like(x[3])
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up off the capture
+        gdn.prefill(*x, output=out, new_state=new_state)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # the workspace comes from the graph's private pool
+        gdn.prefill(*x, output=out, new_state=new_state)
+    y = prefill_inputs([1024, 640], 4, 8, seed=15)
+    for dst, src in zip(x, y):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    ro, rs = ref_prefill(*y, None)
+    close(out, ro, "output (chunk64, graph replay)", OUT_L2)
+    close(new_state, rs, "new_state (chunk64, graph replay)", PREFILL_STATE_L2)
 
 
 # ------------------------------------------------------------------ MTP

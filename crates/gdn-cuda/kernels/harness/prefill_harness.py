@@ -70,7 +70,7 @@ def slot_bytes(bv):  # v5: K, Q (no W), V, Tb/Tg hi/lo (transposed), P hi/lo, e-
     return 2 * 4352 + 32 * (bv + 8) + 6 * 768 + 192 + 128  # = 13632 + 32(BV+8)
 
 
-NP_DEFAULT = {16: 5, 32: 5, 64: 5, 128: 4}  # prefill.cu producers<BV>() without -DGDN_NP
+NP_DEFAULT = {16: 6, 32: 5, 64: 5, 128: 4}  # prefill.cu producers<BV>() without -DGDN_NP
 
 
 def np_of(bv, forced):
@@ -153,6 +153,8 @@ class Module:
             return
         npv = np_of(bv, self.np)
         block = 32 * (bv // 16 + npv)
+        if self.np is None and bv == 16:
+            block = 256  # v5.1: walker + 6 producers + 1 idle warp
         stream = torch.cuda.current_stream().cuda_stream
         err, = cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem_bytes(bv, npv),
                                  cu.CUstream(stream), ctypes.addressof(argv), 0)

@@ -142,7 +142,8 @@ fn empty_floor(b: &CudaBackend, cfg: &TimingConfig) -> Result<String, String> {
                 .map_err(|e| gdn_core::GdnError::backend("cuda", format!("{e:?}")))
         }
     };
-    let t = gdn_cuda::bench::tiers(b, 1, &call, cfg, "empty kernel").map_err(|e| e.to_string())?;
+    let t = gdn_cuda::bench::tiers(b, 1, &call, cfg, "one empty-kernel launch")
+        .map_err(|e| e.to_string())?;
     Ok(tiers_line(&t))
 }
 
@@ -156,7 +157,7 @@ fn check(b: &CudaBackend, spec: &WorkloadSpec) -> Result<bool, String> {
     b.run(&p, &x, &mut out).map_err(|e| e.to_string())?;
     let r = reference::run(&p, &x);
     let rep = compare(&p, &out, &r, &CONTEST, &CONTEST);
-    println!("{:<40} {:<30} {}", spec.label, plan.kernel, rep.summary());
+    println!("{:<40} {:<30} {}", spec.label, plan.label(), rep.summary());
     Ok(rep.passed())
 }
 
@@ -188,6 +189,10 @@ fn run(quick: bool) -> Result<bool, String> {
         WorkloadSpec::decode(heads, 64),
         WorkloadSpec::mtp(heads, 8, 4),
         WorkloadSpec::prefill(heads, &[100, 37, 0, 300]),
+        WorkloadSpec {
+            normalize_qk: true, // as models call prefill (see `gdn check`)
+            ..WorkloadSpec::prefill(heads, &[1500, 0, 700])  // few long sequences: the chunk64 plan
+        },
     ];
     for s in specs.iter_mut() {
         s.label = format!("{:?} {:?}", s.op, s.seq_lens);

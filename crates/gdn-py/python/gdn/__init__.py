@@ -8,7 +8,9 @@ normalisation, ``scale`` None or 0 meaning ``1/sqrt(head_size)``.
 Tensors:
   * torch CUDA tensors: zero-copy; the kernels are launched on ``torch.cuda.current_stream(device)`` of the
     tensors' device, without host synchronisation. When every output is passed, nothing is allocated, so a
-    call can be captured in a CUDA graph. ``cu_seqlens`` and ``initial_state_indices`` stay on the device
+    call can be captured in a CUDA graph; the one exception is prefill of few long sequences (the "chunk64"
+    plan), which takes a scratch workspace from torch's caching allocator on the current stream
+    (``torch.empty(..., dtype=torch.uint8)``), which is capturable too. ``cu_seqlens`` and ``initial_state_indices`` stay on the device
     and their *values* are not validated there (that would need a copy and a sync): callers must pass a
     ``cu_seqlens`` that starts at 0, never decreases and ends at the token count. Pool indices outside the pool
     are treated as padding by the kernels.
@@ -122,7 +124,15 @@ def _run(fn, named, scale, output, state_out, state_in, serving=False, state_out
         if state_out is None:
             state_out = _empty_like_family(q, plan.state_shape, state_in, None)
         sd = _out_desc(state_out, state_out_name, fn)
-    plan.run(od, sd, _stream(plan.device))
+    wd = None
+    if fn == "prefill" and plan.device >= 0:
+        nbytes = plan.workspace_bytes  # non-zero only for the chunk64 plan
+        if nbytes:
+            torch = _sys.modules["torch"]
+            # lives until the launch is enqueued; torch's allocator orders its reuse on this stream
+            ws = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+            wd = _desc(ws, "workspace", fn)
+    plan.run(od, sd, _stream(plan.device), wd)
     return output, state_out
 
 
@@ -158,6 +168,10 @@ def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, out
         scale: float; None or 0 means ``1/sqrt(D)``.
         output: optional ``[T, HV, D]`` bfloat16 destination.
         new_state: optional ``[N, HV, D, D]`` destination (may be ``state``: in place).
+
+    On CUDA the kernels run as one of two plans, chosen from the shape: "fused" (one kernel) or, for few
+    long sequences, "chunk64" (two kernels sharing a scratch workspace that is taken from torch's caching
+    allocator on the current stream; graph-capturable). ``GDN_KERNEL=<kernel name>`` forces either.
 
     Returns:
         ``(output, new_state)``. A zero-length sequence's ``new_state`` row is zero, as in the definition.

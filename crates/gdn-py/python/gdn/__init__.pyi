@@ -42,7 +42,9 @@ def prefill(
 ) -> Tuple[Tensor, Tensor]:
     """Packed varlen prefill (gdn_prefill_*): q, k [T,H,D] bf16; v [T,HV,D] bf16; state [N,HV,D,D] or None;
     a, b [T,HV] bf16; cu_seqlens [N+1] int64 on the tensors' device (values unchecked on CUDA).
-    Returns (output [T,HV,D] bf16, new_state [N,HV,D,D]); zero-length sequences get a zero state row."""
+    Returns (output [T,HV,D] bf16, new_state [N,HV,D,D]); zero-length sequences get a zero state row.
+    On CUDA, few long sequences run as the two-kernel "chunk64" plan with a scratch workspace from torch's
+    caching allocator (current stream; graph-capturable)."""
 
 def mtp(
     q: Tensor,

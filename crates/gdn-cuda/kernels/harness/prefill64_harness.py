@@ -1,0 +1,263 @@
+"""Device harness for crates/gdn-cuda/kernels/prefill64.cu (chunk-64 prep + split-K walk, sm_90a).
+
+Run on the GPU machine from the repository root:
+    PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill64_harness.py [check] [time]
+Reuses prefill_harness.py (inputs, float64 reference, comparison, bench inputs) and times prefill.cu's
+policy variant beside it in the same process. Kernel time = CUPTI (torch.profiler) sum of both kernels per call,
+L2 flushed (256 MB memset) before every call — the same method as shared/peers/bench_peers.py.
+Writes $OUT/prefill64_check.json and $OUT/prefill64_sweep.json.
+"""
+import ctypes, json, os, random, statistics, struct, sys, time, traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import prefill_harness as ph  # noqa: E402
+import torch  # noqa: E402
+from cuda.bindings import driver as cu, nvrtc  # noqa: E402
+
+OUT = ph.OUT
+dev = ph.dev
+ARGS = set(sys.argv[1:]) or {"check", "time"}
+RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "errors": [], "compile": {}}
+log = ph.log
+C = 64
+WS_CHUNK = 56064
+PREP_SMEM, WALK_SMEM = 70144, 219920
+
+
+def save():
+    with open(f"{OUT}/prefill64_check.json", "w") as f:
+        json.dump({k: RES[k] for k in ("device", "checks", "errors", "compile")}, f, indent=1)
+    with open(f"{OUT}/prefill64_sweep.json", "w") as f:
+        json.dump({"device": RES["device"], "timings": RES["timings"]}, f, indent=1)
+
+
+class Module64:
+    def __init__(self, defines=()):
+        src = open(os.path.join(ph.KDIR, "prefill64.cu")).read()
+        opts = [b"-arch=sm_90a", b"-std=c++17", b"-lineinfo"] + [f"-D{d}".encode() for d in defines] + \
+            [f"-I{d}".encode() for d in ph.include_dirs()]
+        t = time.time()
+        prog = ph._ok(nvrtc.nvrtcCreateProgram(src.encode(), b"prefill64.cu", 0, [], []), "create")
+        rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+        n = ph._ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
+        buf = b" " * n
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        txt = buf.decode(errors="replace").strip("\x00 \n")
+        if txt:
+            log("NVRTC log:", txt[:3000])
+        if int(rc) != 0:
+            raise RuntimeError("NVRTC failed: " + txt[:3000])
+        n = ph._ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
+        cubin = b" " * n
+        ph._ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
+        self.module = ph._ok(cu.cuModuleLoadData(cubin), "load")
+        A = cu.CUfunction_attribute
+        self.fns, regs = {}, {}
+        for name, sm in (("gdn_prefill64_prep", PREP_SMEM), ("gdn_prefill64_walk_f32", WALK_SMEM),
+                         ("gdn_prefill64_walk_bf16", WALK_SMEM)):
+            f = ph._ok(cu.cuModuleGetFunction(self.module, name.encode()), name)
+            ph._ok((cu.cuFuncSetAttribute(f, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sm)[0], None), "smem")
+            regs[name] = (ph._ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "regs"),
+                          ph._ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "local"))
+            self.fns[name] = f
+        RES["compile"] = {"seconds": time.time() - t, "regs_local": regs}
+        log(f"compiled prefill64 in {time.time() - t:.2f}s regs/local {regs}")
+        self.ws = None
+
+    def launch(self, st, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state, ws_poison=False):
+        N = cu_seqlens.numel() - 1
+        T, H, HV = q.shape[0], q.shape[1], v.shape[1]
+        slots = T // C + N + 1
+        need = slots * HV * WS_CHUNK
+        if self.ws is None or self.ws.numel() < need:
+            self.ws = torch.empty(need, dtype=torch.uint8, device=dev)
+        if ws_poison:
+            self.ws[:need].fill_(0xFF)  # NaN bf16 / f32 patterns: a record the walk reads but prep did not write shows
+        ptr = lambda x: 0 if x is None else x.data_ptr()
+        raw = struct.pack("<12Qqq f i i i", ptr(q), ptr(k), ptr(v), ptr(a), ptr(b), ptr(A_log), ptr(dt_bias),
+                          ptr(cu_seqlens), ptr(state), ptr(new_state), ptr(out), self.ws.data_ptr(), N, T,
+                          float(scale), H, HV, 0)
+        assert len(raw) == 128
+        bufp = ctypes.create_string_buffer(raw, len(raw))
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(bufp))
+        stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+        if N == 0:
+            return
+        err, = cu.cuLaunchKernel(self.fns["gdn_prefill64_prep"], slots, HV, 1, 128, 1, 1, PREP_SMEM, stream,
+                                 ctypes.addressof(argv), 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"prep launch: {err}")
+        err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * 8, 1, 1, 128, 1, 1, WALK_SMEM, stream,
+                                 ctypes.addressof(argv), 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"walk launch: {err}")
+
+
+def run64(mod, st, inp, poison_ws=True):
+    q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+    T, HV, N = q.shape[0], v.shape[1], cu_.numel() - 1
+    sd = torch.bfloat16 if st == "bf16" else torch.float32
+    out = torch.full((T, HV, 128), float("nan"), dtype=torch.bfloat16, device=dev)
+    ns = torch.full((N, HV, 128, 128), float("nan"), dtype=sd, device=dev)
+    stt = state.to(sd) if state is not None else None
+    mod.launch(st, q, k, v, stt, A_log, a, dt_bias, b, cu_, scale, out, ns, ws_poison=poison_ws)
+    torch.cuda.synchronize()
+    return out, ns
+
+
+def check(mod):
+    rnd = random.Random(7)
+    mixed57 = [rnd.choice([0, 1, 2, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 129, 255, 300]) for _ in range(57)]
+    cases = [
+        ("edge 4/8 state", [0, 1, 63, 64, 65], 4, 8, True, "bench"),
+        ("edge 4/8 nostate slow", [65, 0, 1, 64, 63], 4, 8, False, "slow"),
+        ("mixed57 4/8 slow", mixed57, 4, 8, True, "slow"),
+        ("mixed 8/16 slow", mixed57[:12], 8, 16, True, "slow"),
+        ("mixed 16/32 bench", mixed57[12:20], 16, 32, True, "bench"),
+        ("mixed 2/8 slow", mixed57[20:30], 2, 8, True, "slow"),
+        ("odd HV 1/3 slow", [130, 7, 64], 1, 3, True, "slow"),
+        ("extreme 4/8", [1, 17, 64, 200], 4, 8, True, "extreme"),
+        ("extreme 2/8 nostate", [300, 5], 2, 8, False, "extreme"),
+        ("long 2x1500 slow", [1500, 1237], 4, 8, True, "slow"),
+    ]
+    for name, lens, H, HV, stp, gates in cases:
+        try:
+            inp = ph.make_inputs(lens, H, HV, seed=hash(name) % 1000, state=stp, gates=gates)
+            ro, rs = ph.reference(*inp)
+            for st in ("f32", "bf16"):
+                if st == "bf16" and not name.startswith(("edge 4/8 state", "mixed57", "long")):
+                    continue
+                o, ns = run64(mod, st, inp)
+                if st == "bf16" and inp[3] is not None:
+                    inp2 = list(inp)
+                    inp2[3] = inp2[3].bfloat16().float()
+                    ro2, rs2 = ph.reference(*inp2)
+                else:
+                    ro2, rs2 = ro, rs
+                row = {"case": name, "variant": st, "out": ph.compare(o, ro2), "state": ph.compare(ns, rs2)}
+                RES["checks"].append(row)
+                ok = row["out"]["n_fail_tol"] == 0 and row["state"]["n_fail_tol"] == 0
+                log(f"check64 {st:<4} {name:<24} out {row['out']['rel_l2']:.2e} state {row['state']['rel_l2']:.2e} "
+                    f"fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']} nan {row['out']['n_nan']}/"
+                    f"{row['state']['n_nan']} {'OK' if ok else 'FAIL'}")
+        except Exception:
+            RES["errors"].append(f"check {name}: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
+        save()
+    try:
+        inp = ph.make_inputs([16384], 4, 8, seed=11, state=True, gates="slow")
+        ro, rs = ph.reference(*inp)
+        o, ns = run64(mod, "f32", inp)
+        row = {"case": "long16k slow", "variant": "f32", "out": ph.compare(o, ro),
+               "out_last1k": ph.compare(o[-1024:], ro[-1024:]), "state": ph.compare(ns, rs)}
+        RES["checks"].append(row)
+        log(f"check64 long16k out {row['out']['rel_l2']:.2e} last1k {row['out_last1k']['rel_l2']:.2e} "
+            f"state {row['state']['rel_l2']:.2e} fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']}")
+        o2, n2 = run64(mod, "f32", inp, poison_ws=False)
+        RES["checks"].append({"case": "determinism", "equal": bool(torch.equal(o, o2) and torch.equal(ns, n2))})
+        log("determinism", RES["checks"][-1])
+    except Exception:
+        RES["errors"].append("long: " + traceback.format_exc()[-2000:])
+        log("ERROR", RES["errors"][-1])
+    save()
+
+
+def times(fn, iters):
+    from torch.profiler import profile, ProfilerActivity
+    if ph._flush is None:
+        ph._flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=dev)
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            ph._flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    ev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.name.startswith("gdn_prefill")]
+    dur = lambda e: e.device_time if hasattr(e, "device_time") else e.cuda_time
+    prep = [dur(e) for e in ev if "prep" in e.name]
+    walk = [dur(e) for e in ev if "walk" in e.name]
+    other = [dur(e) for e in ev if "prep" not in e.name and "walk" not in e.name]
+    return prep, walk, other
+
+
+def timing(mod, v5):
+    rnd = random.Random(5)
+    mix = [rnd.randint(8, 600) for _ in range(30)]
+    configs = [("1x128", [128]), ("1x1024", [1024]), ("1x8192", [8192]), ("4x2048", [2048] * 4),
+               ("32x256", [256] * 32), ("mix30", mix), ("1x65536", [65536]), ("64x1024", [1024] * 64)]
+    table = []
+    for cname, lens in configs:
+        try:
+            inp = ph.bench_inputs(lens)
+            T, N = sum(lens), len(lens)
+            q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+            out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+            ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+            iters = 15 if T > 30000 else 25
+            prep, walk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), iters)
+            tot = sorted(p + w for p, w in zip(prep, walk))
+            chains = N * 8
+            bv = next((x for x in (128, 64, 32) if chains * 128 // x >= 0.9 * 132), 16)
+            _, _, v5t = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), iters)
+            v5t.sort()
+            row = {"config": cname, "T": T, "N": N, "p64_median_us": statistics.median(tot), "p64_p10_us": tot[len(tot) // 10],
+                   "p64_p90_us": tot[(9 * len(tot)) // 10], "prep_median_us": statistics.median(prep),
+                   "walk_median_us": statistics.median(walk), "v5_variant": f"f32_bv{bv}",
+                   "v5_median_us": statistics.median(v5t), "n": len(tot),
+                   "target_us": ph.TARGET[cname], "flashinfer_us": ph.PEERS[cname]}
+            RES["timings"].append(row)
+            table.append(row)
+            log(f"time {cname:<8} p64 {row['p64_median_us']:8.1f} us (prep {row['prep_median_us']:.1f} + walk "
+                f"{row['walk_median_us']:.1f}; p10 {row['p64_p10_us']:.1f} p90 {row['p64_p90_us']:.1f})  v5 {bv} "
+                f"{row['v5_median_us']:.1f}  target {ph.TARGET[cname]}  FI {ph.PEERS[cname]}")
+        except Exception:
+            RES["errors"].append(f"time {cname}: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
+        save()
+    print("\n=== prefill64 vs v5 (H200? see device), fp32 state, CUPTI kernel-time sum, L2 flushed ===")
+    print(f"{'config':<9} {'p64':>8} {'prep':>7} {'walk':>8} {'v5':>8} {'target':>7} {'FI':>7}")
+    for r in table:
+        print(f"{r['config']:<9} {r['p64_median_us']:8.1f} {r['prep_median_us']:7.1f} {r['walk_median_us']:8.1f} "
+              f"{r['v5_median_us']:8.1f} {r['target_us']:7} {r['flashinfer_us']:7}")
+
+
+def main():
+    try:
+        mod = Module64()
+    except Exception:
+        RES["errors"].append("compile: " + traceback.format_exc()[-4000:])
+        log("COMPILE ERROR", RES["errors"][-1])
+        save()
+        return
+    if "prof" in ARGS:  # three launches of 1x1024 for ncu
+        n, l = (int(x) for x in os.environ.get("PROF_CFG", "1x1024").split("x"))
+        inp = ph.bench_inputs([l] * n)
+        q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+        out = torch.empty(n * l, 8, 128, dtype=torch.bfloat16, device=dev)
+        ns = torch.empty(n, 8, 128, 128, dtype=torch.float32, device=dev)
+        for _ in range(3):
+            mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns)
+        torch.cuda.synchronize()
+        log("prof launches done")
+        return
+    if "check" in ARGS:
+        check(mod)
+    if "time" in ARGS:
+        try:
+            v5 = ph.Module(None)
+            timing(mod, v5)
+        except Exception:
+            RES["errors"].append("timing: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
+    save()
+    fails = [c for c in RES["checks"] if "out" in c and (c["out"]["n_fail_tol"] or c["state"]["n_fail_tol"])]
+    print(f"\nchecks: {len(RES['checks'])} rows, {len(fails)} with tolerance failures; errors: {len(RES['errors'])}")
+    for e in RES["errors"][:4]:
+        print("  ", e[-600:])
+
+
+if __name__ == "__main__":
+    main()
