@@ -1,16 +1,16 @@
-// prefill64.cu — Gated Delta Net chunked varlen prefill for LONG sequences on Hopper (sm_90a): chunks of 64
-// tokens, a fully parallel preparation kernel and a split-K state walker. mma.sync (bf16 operands, fp32
-// accumulation, fp32 state).
+// prefill64.cu — Gated Delta Net chunked varlen prefill on Hopper (sm_90a), the "chunk64" plan: chunks of 64
+// tokens, a fully parallel preparation kernel (mma.sync) and a state walker on warpgroup MMA (wgmma; bf16 operands,
+// fp32 accumulation, fp32 state).
 //
 // Compiled at run time by NVRTC (options: -arch=sm_90a -std=c++17 -I<cuda include> -I<this folder>); no system
 // headers. Companion of prefill.cu (the one-launch fused kernel).
 //
-// STATUS: experiment, correct (every check row of its harness passes, numerics better than prefill.cu v5) but
-// SLOWER than prefill.cu v5 in every ANCHORS configuration on the H200 (1x1024 57.7 vs 49.0 us, 1x8192 388 vs 352,
-// 1x65536 3003 vs 2779; results/prefill64.md). The runtime does not pick it by default. What bounds it: one warp
-// per scheduler (4 warps, 220 KB smem, 1 CTA/SM) issuing ~1,250 instructions per chunk at ~5 cycles each, and a
-// prep kernel that costs ~8 us of SM time per (chunk, head). Kept as the base for a wgmma rewrite and for context
-// parallelism (the prep kernel and the workspace record are what both need).
+// STATUS (H200, results/prefill64.md): correct (every harness and `gdn check` row, numerics better than prefill.cu
+// v5), and still slower than prefill.cu v5 in every ANCHORS configuration, so the runtime picks it only where
+// the fused kernels cannot run (an odd number of value heads) or when forced. The walk is instruction-issue bound:
+// one warpgroup per SM issues ~1,300 instructions per warp per 64-token chunk (hi/lo splits, fragment packing,
+// loads, output staging) at ~3.2 cycles each around its 44 wgmma; the prep kernel costs ~6 us of SM time per
+// (chunk, head) and dominates many-sequence inputs.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -29,21 +29,12 @@
 //    Chunk j of sequence i lives in workspace slot f(i) + j with f(i) = cu_seqlens[i] / 64 + i, which is strictly
 //    increasing in i and leaves room for every chunk; num_slots = T / 64 + N + 1. A CTA finds its (i, j) by a
 //    binary search over cu_seqlens; slots that hold no chunk (at most N + 1 per head) exit at once.
-// 2. gdn_prefill64_walk_{f32,bf16} — grid N·HV·8, block 128 (4 warps). One CTA per (sequence, value head,
-//    16-row value tile): the sequential chain. The state tile Sᵀ[16 v][128 k] is split over the 4 warps by k
-//    (warp w holds k in [32w, 32w+32): 16 fp32 accumulator registers per lane), so every product with S is a
-//    quarter as long; the k-partial sums of Z = Sᵀ Kᵀ and Y = Sᵀ Qᵀ meet in shared memory. Per chunk:
-//      S0  loads of chunk c visible (double-buffered: chunk c+1 is issued right after; the workspace record by one
-//          bulk copy on an mbarrier, K/Q/V rows by cp.async)
-//          partial Z, Y (16 mma each per warp); U = Vᵀ Tbᵀ for the warp's two token tiles (no S: off the chain)
-//      S1  partial Z in smem → warp w reduces token columns [16w, 16w+16), stores Z as hi+lo bf16
-//      S2  partial Y in smem; X = Z Tgᵀ (hi/lo, 3 products), Vn = U − X for the warp's tokens [16w, 16w+16)
-//          (all four k-steps: the stored upper triangles are exact zeros), Vn published (hi, lo, ⊙ e^{γC−γ})
-//      S3  Y reduced for the warp's tiles, O = e^γ Y + Vn Pᵀ (hi/lo), state update on the warp's k slice,
-//          output tokens stored (16 bytes per lane).
-//    Why (the plan): one (sequence, head) chain of prefill.cu v5 costs ~0.69 µs per 16 tokens; here a 64-token
-//    chunk costs ~112 mma per warp with 4 warps on the 4 SM sub-partitions, and the preparation runs beside, not
-//    inside, the chain. Measured: ~2.5 µs per 64-token chunk (latency-bound, see STATUS above).
+// 2. gdn_prefill64_walk_{f32,bf16} — grid N·HV·2, block 128 (one warpgroup). One CTA per (sequence, value head,
+//    64-row value half): the sequential chain, on wgmma (see "wgmma walk" below for the per-chunk batches and the
+//    shared-memory layouts). Double-buffered: the record by one bulk copy on an mbarrier, K/Q/V by cp.async.
+//    History: a first walker split a 16-row value tile over 4 warps by k on mma.sync (~450 mma per warp per chunk,
+//    2.5 us per chunk for 16 value rows); this one holds 64 value rows per SM at ~2.4 us per chunk: 4x the work
+//    per SM, 2.6x faster on many sequences (results/prefill64.md).
 //
 // Layouts: q, k [T, H, 128] bf16; v [T, HV, 128] bf16; a, b [T, HV] bf16; state / new_state [N, HV, V, K] (k-last,
 // fp32 or bf16 by walk variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory. Value head h
@@ -81,27 +72,22 @@ namespace gdn_prefill64 {
 
 constexpr int C = 64;              // chunk length (tokens)
 constexpr int D = 128;             // head dim (K = V = 128)
-constexpr int BV = 16;             // value rows per walk CTA
-constexpr int NVG = D / BV;        // walk CTAs per (sequence, value head)
 constexpr int LDK = D + 8;         // padded bf16 row stride of K / Q tiles (272 B): ldmatrix conflict-free
-constexpr int LDC = C + 8;         // padded bf16 row stride of 64-column tiles (144 B)
 constexpr int LDF = C + 4;         // padded f32 row stride of 64-column f32 tiles (272 B)
 
-// ---- workspace record per (chunk, value head), written by prep, read by walk. Its layout is exactly the walk
-// slot's [Tb hi | Tb lo | Tg hi | Tg lo | P hi | P lo | e-vectors] region (padded 144-byte rows), so the walk moves
-// it with ONE bulk (TMA) copy.
-constexpr int WS_TILE = C * LDC * 2;               // one [64][72] bf16 tile (64 used columns), 9216 B
-constexpr int WS_TBH = 0;                          // Tb hi   [c'][c] row-major
-constexpr int WS_TBL = WS_TBH + WS_TILE;           // Tb lo
-constexpr int WS_TGH = WS_TBL + WS_TILE;           // Tg hi
-constexpr int WS_TGL = WS_TGH + WS_TILE;           // Tg lo
-constexpr int WS_PH = WS_TGL + WS_TILE;            // P hi    [c'][c]
-constexpr int WS_PL = WS_PH + WS_TILE;             // P lo
-constexpr int WS_EGQ = WS_PL + WS_TILE;            // scale·e^{γ_i}   f32 [64]
-constexpr int WS_EC = WS_EGQ + 4 * C;              // e^{γ_C − γ_i}   f32 [64]
-constexpr int WS_EGC = WS_EC + 4 * C;              // e^{γ_C}         f32 [1], padded to 256 B
-constexpr int WS_CHUNK_BYTES = WS_EGC + 256;       // 56064
-static_assert(WS_CHUNK_BYTES == 56064 && WS_CHUNK_BYTES % 16 == 0, "workspace record (mirrored by the Rust runtime)");
+// ---- workspace record per (chunk, value head), written by prep, read by walk: six bf16 tiles [64 rows t][64
+// columns t'] — Tb hi, Tb lo, Tg hi, Tg lo, P hi, P lo — each a [64][128 B] panel in the 128-byte-swizzled layout
+// wgmma reads (the 16-byte piece j of row r lives at piece j ^ (r & 7)), then the e-vectors. The walk moves the
+// record with one bulk copy into a 1024-byte-aligned slot, so the swizzle phase (address bits 7-9) matches the row.
+constexpr int WG_TILE = C * 128;                   // 8192
+constexpr int WG_E = 6 * WG_TILE;                  // scale·e^{γ_i} f32 [64], e^{γ_C − γ_i} f32 [64], e^{γ_C} f32 (256 B)
+constexpr int WS_CHUNK_BYTES = WG_E + 768;         // 49920
+static_assert(WS_CHUNK_BYTES == 49920 && WS_CHUNK_BYTES % 256 == 0, "workspace record (mirrored by the Rust runtime)");
+
+// Byte offset of the bf16 pair (r, c..c+1) of record tile `tile` (0 Tb hi, 1 Tb lo, 2 Tg hi, 3 Tg lo, 4 P hi, 5 P lo).
+__device__ __forceinline__ int rec_pair(int tile, int r, int c) {
+    return tile * WG_TILE + r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + ((c & 7) << 1);
+}
 
 // ---- prep shared memory
 constexpr int PK_OFF = 0;                          // K bf16 [64][136]
@@ -113,28 +99,6 @@ constexpr int PB_OFF = PG_OFF + 4 * C;             // β f32 [64]
 constexpr int PREP_SMEM = PB_OFF + 4 * C;          // 70144
 static_assert(PREP_SMEM == 70144, "prep smem (mirrored by the Rust runtime)");
 
-// ---- walk shared memory: two chunk slots, then the cross-warp exchange buffers
-constexpr int SK_OFF = 0;                          // K bf16 [64][136]
-constexpr int SQ_OFF = SK_OFF + C * LDK * 2;       // Q bf16 [64][136]
-constexpr int SV_OFF = SQ_OFF + C * LDK * 2;       // V tile bf16 [64][24] (16 value columns + pad)
-constexpr int LDV = BV + 8;
-constexpr int ST_OFF = SV_OFF + C * LDV * 2;       // 6 tiles bf16 [64][72]: Tb hi/lo, Tg hi/lo, P hi/lo
-constexpr int ST_TILE = C * LDC * 2;               // 9216
-constexpr int SE_OFF = ST_OFF + 6 * ST_TILE;       // EGQ [64], EC [64], EGC f32 (768 B, as in the workspace)
-constexpr int SLOT_BYTES = SE_OFF + 768;           // 93952
-static_assert(SE_OFF + 768 - ST_OFF == WS_CHUNK_BYTES && ST_OFF % 16 == 0, "record = slot image");
-constexpr int RED_OFF = 2 * SLOT_BYTES;            // partial Z / Y: f32 [4 warps][16][68]
-constexpr int RED_WARP = BV * LDF * 4;             // 4352
-constexpr int ZR_OFF = RED_OFF + 4 * RED_WARP;     // Z hi, Z lo: bf16 [16][72] each
-constexpr int ROW16 = BV * LDC * 2;                // 2304
-constexpr int VN_OFF = ZR_OFF + 2 * ROW16;         // Vn hi, Vn lo, Vn·e^{γC−γ}: bf16 [16][72] each
-constexpr int OS_OFF = VN_OFF + 3 * ROW16;         // per-warp output staging bf16 [16 tokens][24]
-constexpr int OS_WARP = 16 * LDV * 2;              // 768
-constexpr int BAR_OFF = OS_OFF + 4 * OS_WARP;      // FULL mbarriers of the two slots (8 B each)
-constexpr int WALK_SMEM = BAR_OFF + 16;            // 219920
-static_assert(WALK_SMEM == 219920, "walk smem (mirrored by the Rust runtime)");
-static_assert(WALK_SMEM <= 232448, "sm_90 opt-in shared memory limit");
-
 // ------------------------------------------------------------------ PTX helpers
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32* r) {
@@ -144,10 +108,6 @@ __device__ __forceinline__ void ldsm_x4(u32 addr, u32* r) {
 __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32* r) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-__device__ __forceinline__ void ldsm_x2(u32 addr, u32* r) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(addr) : "memory");
 }
 // D = A·B + D, m16n8k16, bf16 inputs, f32 accumulators.
 __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
@@ -186,9 +146,6 @@ __device__ __forceinline__ void mbar_wait(u32 addr, u32 parity) {
 __device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void zero_bytes(unsigned char* dst, int n16) {  // n16 x 16 bytes of shared memory
-    for (int i = 0; i < n16; ++i) reinterpret_cast<uint4*>(dst)[i] = make_uint4(0u, 0u, 0u, 0u);
 }
 
 __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
@@ -323,8 +280,6 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     }
     // ---- A (f32, smem, row-major, zero on and above the diagonal) and P (hi/lo bf16, straight to the record)
     {
-        __nv_bfloat16* ph = reinterpret_cast<__nv_bfloat16*>(rec + WS_PH);
-        __nv_bfloat16* pl = reinterpret_cast<__nv_bfloat16*>(rec + WS_PL);
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -343,8 +298,8 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
                 *reinterpret_cast<float2*>(Af + i * LDF + j0) = make_float2(av[0], av[1]);
                 u32 h2, l2;
                 split_bf16(pv[0], pv[1], h2, l2);
-                *reinterpret_cast<u32*>(ph + i * LDC + j0) = h2;
-                *reinterpret_cast<u32*>(pl + i * LDC + j0) = l2;
+                *reinterpret_cast<u32*>(rec + rec_pair(4, i, j0)) = h2;
+                *reinterpret_cast<u32*>(rec + rec_pair(5, i, j0)) = l2;
             }
     }
     __syncthreads();
@@ -406,10 +361,6 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     }
     // ---- Tb = T diag(β), Tg = T diag(β e^γ) as hi/lo bf16 (coalesced 4-byte stores), e-vectors
     {
-        u32* tbh = reinterpret_cast<u32*>(rec + WS_TBH);
-        u32* tbl = reinterpret_cast<u32*>(rec + WS_TBL);
-        u32* tgh = reinterpret_cast<u32*>(rec + WS_TGH);
-        u32* tgl = reinterpret_cast<u32*>(rec + WS_TGL);
         const float gC = gam_s[C - 1];
 #pragma unroll 4
         for (int m = 0; m < (C * C / 2) / 128; ++m) {
@@ -418,351 +369,385 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
             const float b0 = beta_s[c], b1 = beta_s[c + 1];
             u32 h2, l2;
             split_bf16(t0 * b0, t1 * b1, h2, l2);
-            const int o = r * (LDC / 2) + (e & 31);  // u32 index in the padded [64][72] tile
-            tbh[o] = h2;
-            tbl[o] = l2;
+            *reinterpret_cast<u32*>(rec + rec_pair(0, r, c)) = h2;
+            *reinterpret_cast<u32*>(rec + rec_pair(1, r, c)) = l2;
             split_bf16(t0 * b0 * __expf(gam_s[c]), t1 * b1 * __expf(gam_s[c + 1]), h2, l2);
-            tgh[o] = h2;
-            tgl[o] = l2;
+            *reinterpret_cast<u32*>(rec + rec_pair(2, r, c)) = h2;
+            *reinterpret_cast<u32*>(rec + rec_pair(3, r, c)) = l2;
         }
+        const int e0 = WG_E;
         if (tid < C) {
-            reinterpret_cast<float*>(rec + WS_EGQ)[tid] = p.scale * __expf(gam_s[tid]);
-            reinterpret_cast<float*>(rec + WS_EC)[tid] = __expf(gC - gam_s[tid]);
+            reinterpret_cast<float*>(rec + e0)[tid] = p.scale * __expf(gam_s[tid]);
+            reinterpret_cast<float*>(rec + e0 + 4 * C)[tid] = __expf(gC - gam_s[tid]);
         } else if (tid < C + 64) {
-            reinterpret_cast<float*>(rec + WS_EGC)[tid - C] = tid == C ? __expf(gC) : 0.f;
+            reinterpret_cast<float*>(rec + e0 + 8 * C)[tid - C] = tid == C ? __expf(gC) : 0.f;
         }
     }
 }
 
-// ================================================================== walk: the sequential chain
-// Fill one slot with chunk data: the workspace record by ONE bulk (TMA) copy (issued by thread 0, counted on the
-// slot's FULL barrier `bar`), K, Q and the V tile by cp.async from every thread (zero-filled past the end; one
-// commit group per chunk). Per-row bulk copies for K/Q/V were tried and were 2x slower (the TMA unit serialises
-// small copies).
-__device__ __forceinline__ void walk_issue(const Prefill64Params& p, unsigned char* slot, u32 bar,
-                                           const unsigned char* rec, i64 start, int nvalid, int hq, int h, int v0,
-                                           int tid) {
+// ================================================================== walk: the sequential chain on wgmma
+// One CTA = one warpgroup (4 warps, 128 threads) per (sequence, value head, 64-row value half): grid N·HV·2.
+// The warpgroup holds Sᵀ[64 v][128 k] as the fp32 accumulator of m64n128 wgmma (64 registers per thread: warp w
+// owns rows 16w..16w+15, lane (g = lane/4, t = lane%4) rows g and g+8, columns 8j + 2t, +1 for j = 0..15 — the
+// mma.sync C layout repeated), and runs each 64-token chunk as three batches of asynchronous wgmma:
+//   B1  [Z | Y] = Sᵀ [Kᵀ | Qᵀ]        8 x m64n128k16, A = bf16(Sᵀ) from registers, B = [K rows | Q rows] panels
+//       U = Vᵀ Tbᵀ (hi + lo)          8 x m64n64k16,  A = Vᵀ by ldmatrix.trans, B = Tb panels     (off the chain)
+//   B2  Vn = U − Z Tgᵀ                12 x m64n64k16, A = −Z as hi + lo from the B1 accumulator, B = Tg hi/lo
+//   B3  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K   4 x m64n128k16, B = the same K panels read MN-major (transposed),
+//       O = e^γ ⊙ Y + Vn Pᵀ           12 x m64n64k16, A = Vn hi + lo, B = P hi/lo (two commit groups)
+// i.e. 44 tensor-core instructions per chunk for 64 value rows (the mma.sync walker issued ~450 per warp for 16).
+// Every A fragment of a batch is formed before the batch's wgmma.fence, and O has registers of its own: otherwise
+// ptxas serialises every wgmma (C7511 "insufficient register resources"; checked in the SASS: one wait per batch).
+// Every B operand sits in shared memory in the 128-byte-swizzled K-major layout (rows of 64 bf16 = 128 B, 8-row
+// atoms of 1024 B, piece j of row r at j ^ (r & 7)): K and Q rows by cp.async into two 64-column panels
+// [K rows 0..63 | Q rows 64..127], V by cp.async, the record (prep wrote it pre-swizzled) by one bulk copy.
+// Two slots: chunk c+1 loads while chunk c computes. Outputs leave through a [token][v] staging tile (transposing
+// stmatrix) as 16-byte stores. Numerics as the header says (S as one bf16, T/P/Z/Vn as hi + lo pairs, the
+// update operand as one bf16). The layouts and both descriptor forms are checked by the harness `selftest`.
+#ifndef WG_UPD_LBO
+#define WG_UPD_LBO 16384  // MN-major B: stride between the two 64-column k panels
+#define WG_UPD_SBO 1024   // MN-major B: stride between 8-token row groups
+#endif
+constexpr int W2_KQ = 0;                           // 2 panels x [128 rows][128 B]
+constexpr int W2_V = 2 * 128 * 128;                // [64 t][64 v] bf16, swizzled (32768)
+constexpr int W2_REC = W2_V + C * 128;             // record image (40960)
+constexpr int W2_SLOT = ((W2_REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 91136
+constexpr int W2_LDO = 72;                         // output staging row stride (bf16)
+constexpr int W2_OS = 2 * W2_SLOT;                 // staging bf16 [64 t][72]
+constexpr int W2_BAR = W2_OS + C * W2_LDO * 2;     // two FULL mbarriers
+constexpr int WALK_SMEM = W2_BAR + 16 + 1024;   // + slack to align the base to 1024 B: 192528
+static_assert(WALK_SMEM == 192528, "wg walk smem (mirrored by the Rust runtime)");
+static_assert(W2_REC % 1024 == 0 && W2_SLOT % 1024 == 0, "swizzled panels need 1024-byte alignment");
+
+// wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading / stride byte offsets (>> 4).
+__device__ __forceinline__ u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)((lbo & 0x3FFFFu) >> 4) << 16) | ((u64)((sbo & 0x3FFFFu) >> 4) << 32) |
+           ((u64)1 << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keep the compiler from moving reads/writes of accumulator registers across the asynchronous wgmma window.
+template <int N>
+__device__ __forceinline__ void wg_pin(float* r) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// Store four 8x8 bf16 matrices transposed (fragment (row g, cols 2t, 2t+1) of matrix i lands in rows 2t, 2t+1,
+// column g of the stored matrix whose row addresses lanes 8i..8i+7 give).
+__device__ __forceinline__ void stsm_x4_t(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// D[64 x 128] (+)= A[64 x 16] (registers, bf16) . B[16 x 128] (shared memory descriptor, bf16); fp32 D.
+template <int TNSP_B>
+__device__ __forceinline__ void wgmma_m64n128(float* d, const u32* a, u64 desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{" 
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+        "}, {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(TNSP_B));
+}
+
+// D[64 x 64] (+)= A[64 x 16] (registers, bf16) . B[16 x 64] (shared memory descriptor, bf16); fp32 D.
+template <int TNSP_B>
+__device__ __forceinline__ void wgmma_m64n64(float* d, const u32* a, u64 desc, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{" 
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+        "}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(TNSP_B));
+}
+
+
+// A fragment (k-step s, 16 columns) of an m64nN fp32 accumulator, as one bf16.
+__device__ __forceinline__ void acc_to_a(const float* acc, int s, u32* a) {
+    a[0] = pack_bf16(acc[8 * s + 0], acc[8 * s + 1]);
+    a[1] = pack_bf16(acc[8 * s + 2], acc[8 * s + 3]);
+    a[2] = pack_bf16(acc[8 * s + 4], acc[8 * s + 5]);
+    a[3] = pack_bf16(acc[8 * s + 6], acc[8 * s + 7]);
+}
+// The same as a hi + lo pair of bf16 fragments, optionally negated.
+__device__ __forceinline__ void acc_to_a_hilo(const float* acc, int s, float sign, u32* hi, u32* lo) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) split_bf16(sign * acc[8 * s + 2 * i], sign * acc[8 * s + 2 * i + 1], hi[i], lo[i]);
+}
+// Byte offset of the 16-byte piece j of row r in a swizzled [rows][128 B] panel.
+__device__ __forceinline__ u32 swz(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
+
+__device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned char* slot, u32 bar,
+                                              const unsigned char* rec, i64 start, int nvalid, int hq, int h, int v0,
+                                              int tid) {
     const int H = p.num_q_heads, HV = p.num_v_heads;
+    // (GDN_WG_NOREC / GDN_WG_NOKQV: timing ablations for the harness only — they skip loads, results are wrong)
+#ifndef GDN_WG_NOREC
     if (tid == 0) {
         mbar_arrive_expect_tx(bar, WS_CHUNK_BYTES);
-        bulk_g2s(smem_addr(slot + ST_OFF), rec, WS_CHUNK_BYTES, bar);
+        bulk_g2s(smem_addr(slot + W2_REC), rec, WS_CHUNK_BYTES, bar);
     }
-    const u32 ks = smem_addr(slot + SK_OFF), qs = smem_addr(slot + SQ_OFF);
+#else
+    if (tid == 0) mbar_arrive_expect_tx(bar, 0);
+#endif
+#ifndef GDN_WG_NOKQV
+    const u32 kq = smem_addr(slot + W2_KQ);
 #pragma unroll
-    for (int it = 0; it < (C * D / 8) / 128; ++it) {
+    for (int it = 0; it < (C * D / 8) / 128; ++it) {  // K and Q: 1024 pieces each, 8 per thread
         const int idx = it * 128 + tid, r = idx >> 4, c = idx & 15;
         const bool ok = r < nvalid;
         const i64 off = ok ? ((start + r) * H + hq) * (i64)D + c * 8 : 0;
-        const u32 d = (u32)(r * LDK + c * 8) * 2;
-        cp_async16(ks + d, p.k + off, ok);
-        cp_async16(qs + d, p.q + off, ok);
+        const u32 panel = kq + (u32)(c >> 3) * (128 * 128);
+        cp_async16(panel + swz(r, c & 7), p.k + off, ok);
+        cp_async16(panel + swz(C + r, c & 7), p.q + off, ok);
     }
-    {   // V tile: 64 rows x 2 pieces
-        const int r = tid >> 1, c = tid & 1;
+#pragma unroll
+    for (int it = 0; it < (C * 64 / 8) / 128; ++it) {  // V half: 512 pieces, 4 per thread
+        const int idx = it * 128 + tid, r = idx >> 3, c = idx & 7;
         const bool ok = r < nvalid;
         const i64 off = ok ? ((start + r) * HV + h) * (i64)D + v0 + c * 8 : 0;
-        cp_async16(smem_addr(slot + SV_OFF) + (u32)(r * LDV + c * 8) * 2, p.v + off, ok);
+        cp_async16(smem_addr(slot + W2_V) + swz(r, c), p.v + off, ok);
     }
+#endif
     cp_async_commit();
 }
 
 template <bool BF16STATE>
-__device__ __forceinline__ void walk_body(const Prefill64Params& p) {
-    extern __shared__ __align__(128) unsigned char smem[];
+__device__ __forceinline__ void walk_wg_body(const Prefill64Params& p) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int HV = p.num_v_heads;
-    const int tile = blockIdx.x;
-    const int vg = tile % NVG;
-    const int h = (tile / NVG) % HV;
-    const i64 seq = (i64)(tile / NVG) / HV;
+    const int vh = blockIdx.x & 1;
+    const int h = (blockIdx.x >> 1) % HV;
+    const i64 seq = (i64)(blockIdx.x >> 1) / HV;
     const int hq = h / (HV / p.num_q_heads);
     const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
     const i64 len = eos > bos ? eos - bos : 0;
     const int nch = (int)((len + C - 1) / C);
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int v0 = vg * BV;
+    const int v0 = 64 * vh;
     const unsigned char* rec0 =
         reinterpret_cast<const unsigned char*>(p.workspace) + (seq_slot(p.cu_seqlens, seq) * HV + h) * (i64)WS_CHUNK_BYTES;
-    const i64 rec_stride = (i64)HV * WS_CHUNK_BYTES;  // next chunk of this (sequence, head)
+    const i64 rec_stride = (i64)HV * WS_CHUNK_BYTES;
 
-    // Sᵀ[v0 + (g | g+8)][32w + 8nt + 2t (+1)]: n-tile nt of this warp's k slice.
-    float S[4][4];
-    const i64 sbase = ((seq * HV + h) * D + v0) * (i64)D + 32 * w;
+    // Sᵀ rows v0 + 16w + g (+8), columns 8j + 2t (+1).
+    float S[64];
+    const i64 sbase = ((seq * HV + h) * D + v0 + 16 * w) * (i64)D;
     if (p.state != nullptr && len > 0) {
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-            const float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + 8 * nt + 2 * t);
-            const float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t);
-            S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
+        for (int j = 0; j < 16; ++j) {
+            const float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + 8 * j + 2 * t);
+            const float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + 8 * j + 2 * t);
+            S[4 * j] = x0.x; S[4 * j + 1] = x0.y; S[4 * j + 2] = x1.x; S[4 * j + 3] = x1.y;
         }
     } else {
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
+        for (int i = 0; i < 64; ++i) S[i] = 0.f;
     }
-
-    float* red = reinterpret_cast<float*>(smem + RED_OFF);
-    __nv_bfloat16* zh_s = reinterpret_cast<__nv_bfloat16*>(smem + ZR_OFF);
-    __nv_bfloat16* zl_s = reinterpret_cast<__nv_bfloat16*>(smem + ZR_OFF + ROW16);
-    __nv_bfloat16* vnh_s = reinterpret_cast<__nv_bfloat16*>(smem + VN_OFF);
-    __nv_bfloat16* vnl_s = reinterpret_cast<__nv_bfloat16*>(smem + VN_OFF + ROW16);
-    __nv_bfloat16* vnu_s = reinterpret_cast<__nv_bfloat16*>(smem + VN_OFF + 2 * ROW16);
-    __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(smem + OS_OFF + w * OS_WARP);
-
-    // ldmatrix lane offsets (bytes)
-    const u32 lo_k = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;               // 16x16 block of a [.][136] tile
-    const u32 lo_a16 = (u32)((lane & 15) * LDC + 8 * (lane >> 4)) * 2;             // A 16x16 of a [16][72] tile
-    // B fragments of the warp's two 8-token tiles (rows 16w..16w+15 of a [64][72] tile, 16 columns): r0/r2 tile 2w,
-    // r1/r3 tile 2w+1
-    const u32 lo_b16 = (u32)((16 * w + (lane & 15)) * LDC + 8 * (lane >> 4)) * 2;
-    const u32 lo_vt = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDV + 8 * ((lane >> 3) & 1)) * 2;  // Vᵀ (trans)
-    // Warp w owns output tokens [16w, 16w+16) of each chunk (n-tiles 2w, 2w+1). Its triangular products run over
-    // all four 16-token k-steps: the upper triangles of Tb, Tg and P are stored as exact zeros, so the extra steps
-    // add 0, and full unrolling with independent accumulators keeps the tensor pipe busy (the first version looped
-    // over the needed k-steps only: dependent mma chains, 5 cycles per instruction with one warp per scheduler).
-
-    const u32 bar0 = smem_addr(smem + BAR_OFF);
+    __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(smem + W2_OS);
+    const u32 bar0 = smem_addr(smem + W2_BAR);
     if (tid == 0) {
         mbar_init(bar0, 1);
         mbar_init(bar0 + 8, 1);
         mbar_init_fence();
     }
     __syncthreads();
-    if (nch > 0) walk_issue(p, smem, bar0, rec0, bos, len < C ? (int)len : C, hq, h, v0, tid);
+    if (nch > 0) walk_wg_issue(p, smem, bar0, rec0, bos, len < C ? (int)len : C, hq, h, v0, tid);
+    // Vᵀ A fragments by ldmatrix.trans: lanes 8i..8i+7 address matrix i = (value rows +8·(i&1), tokens +8·(i>>1)).
+    const int vt_row = (lane & 7) + 8 * (lane >> 4), vt_piece = 2 * w + ((lane >> 3) & 1);
+    // Output staging: lanes 8m..8m+7 address rows (tokens) 8(m >> 1) + i, value columns 16w + 8(m & 1) of a 16-token pair.
+    const u32 os_lane = smem_addr(os) + (u32)(((8 * (lane >> 4) + (lane & 7)) * W2_LDO + 16 * w + 8 * ((lane >> 3) & 1)) * 2);
     for (int c = 0; c < nch; ++c) {
-        unsigned char* slot = smem + (c & 1) * SLOT_BYTES;
+        unsigned char* slot = smem + (c & 1) * W2_SLOT;
         const i64 cstart = bos + (i64)c * C;
         cp_async_wait_all();
+        fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
         mbar_wait(bar0 + 8 * (c & 1), (u32)(c >> 1) & 1u);
-        __syncthreads();  // S0: chunk c visible to all; every warp is done with chunk c-1 (and its slot)
+        __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)
         if (c + 1 < nch) {
             const i64 ns = cstart + C;
-            walk_issue(p, smem + ((c + 1) & 1) * SLOT_BYTES, bar0 + 8 * ((c + 1) & 1), rec0 + (i64)(c + 1) * rec_stride,
-                       ns, eos - ns < C ? (int)(eos - ns) : C, hq, h, v0, tid);
+            walk_wg_issue(p, smem + ((c + 1) & 1) * W2_SLOT, bar0 + 8 * ((c + 1) & 1), rec0 + (i64)(c + 1) * rec_stride,
+                          ns, eos - ns < C ? (int)(eos - ns) : C, hq, h, v0, tid);
         }
-        const u32 ks = smem_addr(slot + SK_OFF), qs = smem_addr(slot + SQ_OFF);
-        const u32 tbh = smem_addr(slot + ST_OFF), tbl = tbh + ST_TILE, tgh = tbl + ST_TILE, tgl = tgh + ST_TILE;
-        const u32 pph = tgl + ST_TILE, ppl = pph + ST_TILE;
-        const float* egq = reinterpret_cast<const float*>(slot + SE_OFF);
+        const u32 kq = smem_addr(slot + W2_KQ), vs = smem_addr(slot + W2_V), rs = smem_addr(slot + W2_REC);
+        const float* egq = reinterpret_cast<const float*>(slot + W2_REC + WG_E);
         const float* ec = egq + C;
         const float egc = ec[C];
+        // Descriptors of this slot's operands; every step below adds a constant (address >> 4) to the start field.
+        const u64 dkq = wg_desc(kq, 16, 1024), drec = wg_desc(rs, 16, 1024), dupd = wg_desc(kq, WG_UPD_LBO, WG_UPD_SBO);
 
-        // ---- partial Z = Sᵀ Kᵀ, Y = Sᵀ Qᵀ over this warp's k slice: [16 v][64 tokens]
-        float zp[8][4], yp[8][4];
+        // ---- B1: [Z | Y] = Sᵀ [Kᵀ | Qᵀ];  U = Vᵀ Tbᵀ (hi + lo)
+        // (every A fragment of a batch is formed before its wgmma.fence: registers written after the fence
+        // would make ptxas serialise the batch)
+        float ZY[64], U[32];
+        u32 aS[8][4], aV[4][4];
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+        for (int s = 0; s < 8; ++s) acc_to_a(S, s, aS[s]);
 #pragma unroll
-            for (int r = 0; r < 4; ++r) zp[n][r] = yp[n][r] = 0.f;
+        for (int s = 0; s < 4; ++s) ldsm_x4_t(vs + swz(16 * s + vt_row, vt_piece), aV[s]);
+        wg_fence();
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-            const u32 a[4] = {pack_bf16(S[2 * s][0], S[2 * s][1]), pack_bf16(S[2 * s][2], S[2 * s][3]),
-                              pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3])};
-#pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                u32 bk[4], bq[4];
-                const u32 off = lo_k + (u32)(16 * jj * LDK) * 2 + (u32)(32 * w + 16 * s) * 2;
-                ldsm_x4(ks + off, bk);
-                ldsm_x4(qs + off, bq);
-                mma(zp[2 * jj], a, bk[0], bk[2]);
-                mma(zp[2 * jj + 1], a, bk[1], bk[3]);
-                mma(yp[2 * jj], a, bq[0], bq[2]);
-                mma(yp[2 * jj + 1], a, bq[1], bq[3]);
-            }
-        }
-        // ---- U = Vᵀ Tbᵀ for the warp's 16 tokens (independent of S): [n-tile][Tb hi | Tb lo] accumulators
-        float U[2][2][4];
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int x = 0; x < 2; ++x) U[q][x][0] = U[q][x][1] = U[q][x][2] = U[q][x][3] = 0.f;
+        for (int s = 0; s < 8; ++s)
+            wgmma_m64n128<0>(ZY, aS[s], dkq + (u64)(((s >> 2) * (128 * 128) + (s & 3) * 32) >> 4), s > 0);
+        wg_commit();
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-            u32 va[4], bh[4], bl[4];
-            ldsm_x4_t(smem_addr(slot + SV_OFF) + lo_vt + (u32)(16 * s * LDV) * 2, va);
-            ldsm_x4(tbh + lo_b16 + 32 * s, bh);
-            ldsm_x4(tbl + lo_b16 + 32 * s, bl);
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                mma(U[q][0], va, bh[q], bh[q + 2]);
-                mma(U[q][1], va, bl[q], bl[q + 2]);
-            }
+            wgmma_m64n64<0>(U, aV[s], drec + (u64)((0 * WG_TILE + 32 * s) >> 4), s > 0);
+            wgmma_m64n64<0>(U, aV[s], drec + (u64)((1 * WG_TILE + 32 * s) >> 4), 1);
         }
-        // ---- publish partial Z
-        {
-            float* rw = red + w * (BV * LDF);
+        wg_commit();
+        wg_wait0();
+        wg_pin<64>(ZY);
+        wg_pin<32>(U);
+        // ---- B2: Vn = U − Z Tgᵀ  (−Z as hi + lo, Tg hi + lo: three products)
+        u32 zh[4][4], zl[4][4];
 #pragma unroll
-            for (int n = 0; n < 8; ++n) {
-                *reinterpret_cast<float2*>(rw + g * LDF + 8 * n + 2 * t) = make_float2(zp[n][0], zp[n][1]);
-                *reinterpret_cast<float2*>(rw + (g + 8) * LDF + 8 * n + 2 * t) = make_float2(zp[n][2], zp[n][3]);
-            }
+        for (int s = 0; s < 4; ++s) acc_to_a_hilo(ZY, s, -1.f, zh[s], zl[s]);
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const u64 gh = drec + (u64)((2 * WG_TILE + 32 * s) >> 4), gl = drec + (u64)((3 * WG_TILE + 32 * s) >> 4);
+            wgmma_m64n64<0>(U, zh[s], gh, 1);
+            wgmma_m64n64<0>(U, zl[s], gh, 1);
+            wgmma_m64n64<0>(U, zh[s], gl, 1);
         }
-        __syncthreads();  // S1
-        // ---- reduce Z columns [16w, 16w+16): lane -> row lane>>1, 8 columns; store hi/lo bf16
-        {
-            const int r = lane >> 1, c0 = 16 * w + 8 * (lane & 1);
-            float z[8];
+        wg_commit();
+        wg_wait0();
+        wg_pin<32>(U);
+        // ---- B3: O = e^γ ⊙ Y + Vn Pᵀ (onto Y's registers);  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K
+        float O[32];  // its own registers (accumulating onto ZY's upper half made ptxas serialise every wgmma)
 #pragma unroll
-            for (int e = 0; e < 8; ++e) z[e] = 0.f;
-#pragma unroll
-            for (int ww = 0; ww < 4; ++ww) {
-                const float4 x0 = *reinterpret_cast<const float4*>(red + ww * (BV * LDF) + r * LDF + c0);
-                const float4 x1 = *reinterpret_cast<const float4*>(red + ww * (BV * LDF) + r * LDF + c0 + 4);
-                z[0] += x0.x; z[1] += x0.y; z[2] += x0.z; z[3] += x0.w;
-                z[4] += x1.x; z[5] += x1.y; z[6] += x1.z; z[7] += x1.w;
-            }
-            u32 hh[4], ll[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) split_bf16(z[2 * e], z[2 * e + 1], hh[e], ll[e]);
-            *reinterpret_cast<uint4*>(zh_s + r * LDC + c0) = make_uint4(hh[0], hh[1], hh[2], hh[3]);
-            *reinterpret_cast<uint4*>(zl_s + r * LDC + c0) = make_uint4(ll[0], ll[1], ll[2], ll[3]);
+        for (int j = 0; j < 8; ++j) {
+            const float e0 = egq[8 * j + 2 * t], e1 = egq[8 * j + 2 * t + 1];
+            O[4 * j] = ZY[32 + 4 * j] * e0; O[4 * j + 1] = ZY[33 + 4 * j] * e1;
+            O[4 * j + 2] = ZY[34 + 4 * j] * e0; O[4 * j + 3] = ZY[35 + 4 * j] * e1;
         }
-        __syncthreads();  // S2
-        // ---- publish partial Y (the Z partials are consumed)
-        {
-            float* rw = red + w * (BV * LDF);
 #pragma unroll
-            for (int n = 0; n < 8; ++n) {
-                *reinterpret_cast<float2*>(rw + g * LDF + 8 * n + 2 * t) = make_float2(yp[n][0], yp[n][1]);
-                *reinterpret_cast<float2*>(rw + (g + 8) * LDF + 8 * n + 2 * t) = make_float2(yp[n][2], yp[n][3]);
-            }
+        for (int i = 0; i < 64; ++i) S[i] *= egc;
+        u32 vnu[4][4];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float e0 = ec[8 * j + 2 * t], e1 = ec[8 * j + 2 * t + 1];
+            vnu[j >> 1][2 * (j & 1)] = pack_bf16(U[4 * j] * e0, U[4 * j + 1] * e1);
+            vnu[j >> 1][2 * (j & 1) + 1] = pack_bf16(U[4 * j + 2] * e0, U[4 * j + 3] * e1);
         }
-        // ---- X = Z Tgᵀ (Z, Tg hi+lo: 3 products in separate accumulators), Vn = U − X; publish Vn
-        {
-            float X[2][3][4];
+        u32 vnh[4][4], vnl[4][4];
 #pragma unroll
-            for (int q = 0; q < 2; ++q)
+        for (int s = 0; s < 4; ++s) acc_to_a_hilo(U, s, 1.f, vnh[s], vnl[s]);
+        wg_fence();
 #pragma unroll
-                for (int x = 0; x < 3; ++x) X[q][x][0] = X[q][x][1] = X[q][x][2] = X[q][x][3] = 0.f;
+        for (int s = 0; s < 4; ++s)  // B = K[16s .. 16s+16][0..128): MN-major, the two k panels LBO apart
+            wgmma_m64n128<1>(S, vnu[s], dupd + (u64)((s * 2048) >> 4), 1);
+        wg_commit();  // (the state update first, in its own group: with both in one group ptxas serialises)
 #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                u32 zh[4], zl[4], gh[4], gl[4];
-                ldsm_x4(smem_addr(zh_s) + lo_a16 + 32 * s, zh);
-                ldsm_x4(smem_addr(zl_s) + lo_a16 + 32 * s, zl);
-                ldsm_x4(tgh + lo_b16 + 32 * s, gh);
-                ldsm_x4(tgl + lo_b16 + 32 * s, gl);
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    mma(X[q][0], zh, gh[q], gh[q + 2]);
-                    mma(X[q][1], zl, gh[q], gh[q + 2]);
-                    mma(X[q][2], zh, gl[q], gl[q + 2]);
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                float Vn[4];
-#pragma unroll
-                for (int r = 0; r < 4; ++r) Vn[r] = (U[q][0][r] + U[q][1][r]) - (X[q][0][r] + X[q][1][r] + X[q][2][r]);
-                const int c0 = 16 * w + 8 * q + 2 * t;
-                const float e0 = ec[c0], e1 = ec[c0 + 1];
-                u32 hh, ll;
-                split_bf16(Vn[0], Vn[1], hh, ll);
-                *reinterpret_cast<u32*>(vnh_s + g * LDC + c0) = hh;
-                *reinterpret_cast<u32*>(vnl_s + g * LDC + c0) = ll;
-                split_bf16(Vn[2], Vn[3], hh, ll);
-                *reinterpret_cast<u32*>(vnh_s + (g + 8) * LDC + c0) = hh;
-                *reinterpret_cast<u32*>(vnl_s + (g + 8) * LDC + c0) = ll;
-                *reinterpret_cast<u32*>(vnu_s + g * LDC + c0) = pack_bf16(Vn[0] * e0, Vn[1] * e1);
-                *reinterpret_cast<u32*>(vnu_s + (g + 8) * LDC + c0) = pack_bf16(Vn[2] * e0, Vn[3] * e1);
-            }
+        for (int s = 0; s < 4; ++s) {
+            const u64 ph = drec + (u64)((4 * WG_TILE + 32 * s) >> 4), pl = drec + (u64)((5 * WG_TILE + 32 * s) >> 4);
+            wgmma_m64n64<0>(O, vnh[s], ph, 1);
+            wgmma_m64n64<0>(O, vnl[s], ph, 1);
+            wgmma_m64n64<0>(O, vnh[s], pl, 1);
         }
-        __syncthreads();  // S3
-        // ---- O = scale e^γ ⊙ Y + Vn Pᵀ (Vn, P hi+lo) for the warp's 16 tokens, staged as [token][v]
-        {
-            float O[2][3][4];
+        wg_commit();
+        wg_wait0();
+        wg_pin<64>(S);
+        wg_pin<32>(O);
+        // ---- outputs: stage [token][v] in shared memory (transposing stmatrix), then 16-byte stores
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                const int c0 = 16 * w + 8 * q + 2 * t;
-                float y[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int q = 0; q < 4; ++q)
+            stsm_x4_t(os_lane + (u32)(16 * q * W2_LDO * 2), pack_bf16(O[8 * q], O[8 * q + 1]),
+                      pack_bf16(O[8 * q + 2], O[8 * q + 3]), pack_bf16(O[8 * q + 4], O[8 * q + 5]),
+                      pack_bf16(O[8 * q + 6], O[8 * q + 7]));
+        __syncthreads();
 #pragma unroll
-                for (int ww = 0; ww < 4; ++ww) {
-                    const float2 a0 = *reinterpret_cast<const float2*>(red + ww * (BV * LDF) + g * LDF + c0);
-                    const float2 a1 = *reinterpret_cast<const float2*>(red + ww * (BV * LDF) + (g + 8) * LDF + c0);
-                    y[0] += a0.x; y[1] += a0.y; y[2] += a1.x; y[3] += a1.y;
-                }
-                O[q][0][0] = egq[c0] * y[0];
-                O[q][0][1] = egq[c0 + 1] * y[1];
-                O[q][0][2] = egq[c0] * y[2];
-                O[q][0][3] = egq[c0 + 1] * y[3];
-#pragma unroll
-                for (int x = 1; x < 3; ++x) O[q][x][0] = O[q][x][1] = O[q][x][2] = O[q][x][3] = 0.f;
-            }
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                u32 vh[4], vl[4], bh[4], bl[4];
-                ldsm_x4(smem_addr(vnh_s) + lo_a16 + 32 * s, vh);
-                ldsm_x4(smem_addr(vnl_s) + lo_a16 + 32 * s, vl);
-                ldsm_x4(pph + lo_b16 + 32 * s, bh);
-                ldsm_x4(ppl + lo_b16 + 32 * s, bl);
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    mma(O[q][0], vh, bh[q], bh[q + 2]);
-                    mma(O[q][1], vl, bh[q], bh[q + 2]);
-                    mma(O[q][2], vh, bl[q], bl[q + 2]);
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                float o[4];
-#pragma unroll
-                for (int r = 0; r < 4; ++r) o[r] = O[q][0][r] + O[q][1][r] + O[q][2][r];
-                const int lt = 8 * q + 2 * t;  // local token row of the staging tile
-                os[lt * LDV + g] = __float2bfloat16_rn(o[0]);
-                os[(lt + 1) * LDV + g] = __float2bfloat16_rn(o[1]);
-                os[lt * LDV + g + 8] = __float2bfloat16_rn(o[2]);
-                os[(lt + 1) * LDV + g + 8] = __float2bfloat16_rn(o[3]);
-            }
+        for (int it = 0; it < 4; ++it) {
+            const int idx = it * 128 + tid, r = idx >> 3, pc = idx & 7;
+            const i64 tok = cstart + r;
+            if (tok < eos)
+                *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + v0 + 8 * pc) =
+                    *reinterpret_cast<const uint4*>(os + r * W2_LDO + 8 * pc);
         }
-        // ---- state update on this warp's k slice: Sᵀ ← e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K[:, 32w .. 32w+32)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) S[nt][r] *= egc;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            u32 a[4];
-            ldsm_x4(smem_addr(vnu_s) + lo_a16 + 32 * j, a);
-#pragma unroll
-            for (int pp = 0; pp < 2; ++pp) {
-                u32 b[4];
-                ldsm_x4_t(ks + lo_k + (u32)(16 * j * LDK) * 2 + (u32)(32 * w + 16 * pp) * 2, b);
-                mma(S[2 * pp], a, b[0], b[1]);
-                mma(S[2 * pp + 1], a, b[2], b[3]);
-            }
-        }
-        // ---- store the warp's 16 tokens x 16 value columns (16 bytes per lane)
-        __syncwarp();
-        {
-            const int lt = lane >> 1, half = lane & 1;
-            const i64 tok = cstart + 16 * w + lt;
-            if (tok < eos) {
-                const uint4 val = *reinterpret_cast<const uint4*>(os + lt * LDV + 8 * half);
-                *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + v0 + 8 * half) = val;
-            }
-        }
-        __syncwarp();
     }
-    // ---- final state (zeros for an empty sequence)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * nt + 2 * t, S[nt][0], S[nt][1]);
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t, S[nt][2], S[nt][3]);
+    for (int j = 0; j < 16; ++j) {
+        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * j + 2 * t, S[4 * j], S[4 * j + 1]);
+        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * j + 2 * t, S[4 * j + 2], S[4 * j + 3]);
     }
 }
+
+#ifdef GDN_WGMMA_SELFTEST
+// Layout self-test (harness only; the harness appends the extern "C" kernel `gdn_wgmma_selftest` around it): A [64][128] bf16 row-major, B [128][128] bf16 row-major (rows n, columns k).
+// D1 = A Bᵀ (K-major, N = 128, two panels); D2 = A[:, :64] B[:64, :] (MN-major, the update's form, LBO/SBO as
+// compiled); D3 = A[:, :64] B[:64, :64]ᵀ (K-major, N = 64). D* are [64][128] f32 (D3 uses columns 0..63).
+__device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, float* D1, float* D2, float* D3) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    for (int idx = tid; idx < 128 * 16; idx += 128) {
+        const int r = idx >> 4, c = idx & 15;
+        *reinterpret_cast<uint4*>(smem + (c >> 3) * 16384 + swz(r, c & 7)) = *reinterpret_cast<const uint4*>(B + r * 128 + 8 * c);
+    }
+    fence_proxy_async();
+    __syncthreads();
+    const u32 kq = smem_addr(smem);
+    auto afrag = [&](int s, u32* a) {
+        const __nv_bfloat16* r0 = A + (16 * w + g) * 128 + 16 * s + 2 * t;
+        const __nv_bfloat16* r1 = r0 + 8 * 128;
+        a[0] = *reinterpret_cast<const u32*>(r0); a[1] = *reinterpret_cast<const u32*>(r1);
+        a[2] = *reinterpret_cast<const u32*>(r0 + 8); a[3] = *reinterpret_cast<const u32*>(r1 + 8);
+    };
+    auto store = [&](const float* d, int n, float* D) {
+        for (int j = 0; j < n / 8; ++j) {
+            D[(16 * w + g) * 128 + 8 * j + 2 * t] = d[4 * j]; D[(16 * w + g) * 128 + 8 * j + 2 * t + 1] = d[4 * j + 1];
+            D[(16 * w + g + 8) * 128 + 8 * j + 2 * t] = d[4 * j + 2]; D[(16 * w + g + 8) * 128 + 8 * j + 2 * t + 1] = d[4 * j + 3];
+        }
+    };
+    float d[64], e[64], f[32];
+    wg_fence();
+    for (int s = 0; s < 8; ++s) { u32 a[4]; afrag(s, a); wgmma_m64n128<0>(d, a, wg_desc(kq + (s >> 2) * 16384 + (s & 3) * 32, 16, 1024), s > 0); }
+    for (int s = 0; s < 4; ++s) { u32 a[4]; afrag(s, a); wgmma_m64n128<1>(e, a, wg_desc(kq + s * 2048, WG_UPD_LBO, WG_UPD_SBO), s > 0); }
+    for (int s = 0; s < 4; ++s) { u32 a[4]; afrag(s, a); wgmma_m64n64<0>(f, a, wg_desc(kq + s * 32, 16, 1024), s > 0); }
+    wg_commit();
+    wg_wait0();
+    wg_pin<64>(d); wg_pin<64>(e); wg_pin<32>(f);
+    store(d, 128, D1); store(e, 128, D2); store(f, 64, D3);
+}
+#endif
 
 }  // namespace gdn_prefill64
 
 // ---------------------------------------------------------------------------------------------------------
 // Exported kernels (launch in this order on one stream):
 //   gdn_prefill64_prep        grid (T/64 + N + 1, HV, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (70144)
-//   gdn_prefill64_walk_f32    grid (N·HV·8, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (219920)
+//   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (192528)
 //   gdn_prefill64_walk_bf16   same, bf16 state / new_state
-// workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (56064) bytes, 256-byte aligned.
+// workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (49920) bytes, 256-byte aligned.
 // Both smem sizes exceed 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 // ---------------------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(128) gdn_prefill64_prep(const Prefill64Params p) {
     gdn_prefill64::prep_body(p);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_f32(const Prefill64Params p) {
-    gdn_prefill64::walk_body<false>(p);
+    gdn_prefill64::walk_wg_body<false>(p);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_bf16(const Prefill64Params p) {
-    gdn_prefill64::walk_body<true>(p);
+    gdn_prefill64::walk_wg_body<true>(p);
 }

@@ -15,7 +15,8 @@
 //!     N·HV·128/BV ≥ 0.9·SMs, else 16`. HV must be even (the kernel copies gates as aligned bf16 pairs).
 //!   - **chunk64** (`prefill64.cu`): two launches on the stream: `gdn_prefill64_prep` prepares every
 //!     64-token chunk of every (sequence, value head) into a device workspace in parallel over chunks, then
-//!     `gdn_prefill64_walk_{f32,bf16}` walks each sequence's chunks (N·HV·8 CTAs). Measured on the H200 it is
+//!     `gdn_prefill64_walk_{f32,bf16}` walks each sequence's chunks on wgmma (N·HV·2 CTAs, one warpgroup per
+//!     64-row value half). Measured on the H200 it is
 //!     slower than the fused plan in every ANCHORS configuration (results/prefill64.md), so the automatic rule
 //!     picks it only where the fused kernels cannot run: an odd HV (if its workspace
 //!     `(T/64 + N + 1)·HV·WS_CHUNK_BYTES ≤ CHUNK64_WORKSPACE_CAP` and its launches fit; otherwise the call is

@@ -126,14 +126,16 @@ const WARP: u32 = 32;
 pub mod prefill64 {
     /// Dynamic shared memory of `gdn_prefill64_prep` (bytes) = `gdn_prefill64::PREP_SMEM`.
     pub const PREP_SMEM: u32 = 70_144;
-    /// Dynamic shared memory of `gdn_prefill64_walk_*` (bytes) = `gdn_prefill64::WALK_SMEM`.
-    pub const WALK_SMEM: u32 = 219_920;
+    /// Dynamic shared memory of `gdn_prefill64_walk_*` (bytes) = `gdn_prefill64::WALK_SMEM` (includes
+    /// 1 KB of slack: the kernel aligns its swizzled operand panels to 1024 B).
+    pub const WALK_SMEM: u32 = 192_528;
     /// Workspace bytes per (chunk slot, value head) = `gdn_prefill64::WS_CHUNK_BYTES`.
-    pub const WS_CHUNK_BYTES: u64 = 56_064;
+    pub const WS_CHUNK_BYTES: u64 = 49_920;
     /// Threads per block of both kernels.
     pub const BLOCK: u32 = 128;
-    /// Walk CTAs per (sequence, value head): grid.x = N · HV · WALK_CTAS_PER_HEAD.
-    pub const WALK_CTAS_PER_HEAD: u32 = 8;
+    /// Walk CTAs per (sequence, value head): grid.x = N · HV · WALK_CTAS_PER_HEAD (one warpgroup per
+    /// 64-row value half).
+    pub const WALK_CTAS_PER_HEAD: u32 = 2;
     /// Tokens per chunk (the prep grid has `T / CHUNK + N + 1` slots).
     pub const CHUNK: u64 = 64;
     /// Alignment the workspace pointer must have (bytes).

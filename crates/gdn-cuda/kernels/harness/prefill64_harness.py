@@ -1,7 +1,9 @@
 """Device harness for crates/gdn-cuda/kernels/prefill64.cu (chunk-64 prep + split-K walk, sm_90a).
 
 Run on the GPU machine from the repository root:
-    PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill64_harness.py [check] [time]
+    PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill64_harness.py [selftest] [check] [time]
+(`selftest`: the wgmma descriptor layouts against torch matmuls; `ablate`: walk time with loads removed;
+CONFIGS=1x1024,... limits `time`.)
 Reuses prefill_harness.py (inputs, float64 reference, comparison, bench inputs) and times prefill.cu's
 policy variant beside it in the same process. Kernel time = CUPTI (torch.profiler) sum of both kernels per call,
 L2 flushed (256 MB memset) before every call — the same method as shared/peers/bench_peers.py.
@@ -21,8 +23,9 @@ ARGS = set(sys.argv[1:]) or {"check", "time"}
 RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "errors": [], "compile": {}}
 log = ph.log
 C = 64
-WS_CHUNK = 56064
-PREP_SMEM, WALK_SMEM = 70144, 219920
+WS_CHUNK = 49920
+PREP_SMEM, WALK_SMEM = 70144, 192528
+WALK_CTAS_PER_HEAD = 2
 
 
 def save():
@@ -33,8 +36,11 @@ def save():
 
 
 class Module64:
-    def __init__(self, defines=()):
+    def __init__(self, defines=(), selftest=False):
         src = open(os.path.join(ph.KDIR, "prefill64.cu")).read()
+        if selftest:
+            src += ('\nextern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_selftest(const __nv_bfloat16* A, '
+                    'const __nv_bfloat16* B, float* D1, float* D2, float* D3) { gdn_prefill64::wg_selftest(A, B, D1, D2, D3); }\n')
         opts = [b"-arch=sm_90a", b"-std=c++17", b"-lineinfo"] + [f"-D{d}".encode() for d in defines] + \
             [f"-I{d}".encode() for d in ph.include_dirs()]
         t = time.time()
@@ -54,8 +60,11 @@ class Module64:
         self.module = ph._ok(cu.cuModuleLoadData(cubin), "load")
         A = cu.CUfunction_attribute
         self.fns, regs = {}, {}
-        for name, sm in (("gdn_prefill64_prep", PREP_SMEM), ("gdn_prefill64_walk_f32", WALK_SMEM),
-                         ("gdn_prefill64_walk_bf16", WALK_SMEM)):
+        names = [("gdn_prefill64_prep", PREP_SMEM), ("gdn_prefill64_walk_f32", WALK_SMEM),
+                 ("gdn_prefill64_walk_bf16", WALK_SMEM)]
+        if selftest:
+            names.append(("gdn_wgmma_selftest", 64 * 1024))
+        for name, sm in names:
             f = ph._ok(cu.cuModuleGetFunction(self.module, name.encode()), name)
             ph._ok((cu.cuFuncSetAttribute(f, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sm)[0], None), "smem")
             regs[name] = (ph._ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "regs"),
@@ -88,8 +97,8 @@ class Module64:
                                  ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"prep launch: {err}")
-        err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * 8, 1, 1, 128, 1, 1, WALK_SMEM, stream,
-                                 ctypes.addressof(argv), 0)
+        err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * WALK_CTAS_PER_HEAD, 1, 1, 128, 1, 1,
+                                 WALK_SMEM, stream, ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"walk launch: {err}")
 
@@ -188,6 +197,9 @@ def timing(mod, v5):
     mix = [rnd.randint(8, 600) for _ in range(30)]
     configs = [("1x128", [128]), ("1x1024", [1024]), ("1x8192", [8192]), ("4x2048", [2048] * 4),
                ("32x256", [256] * 32), ("mix30", mix), ("1x65536", [65536]), ("64x1024", [1024] * 64)]
+    only = os.environ.get("CONFIGS")
+    if only:
+        configs = [c for c in configs if c[0] in only.split(",")]
     table = []
     for cname, lens in configs:
         try:
@@ -197,34 +209,100 @@ def timing(mod, v5):
             out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
             ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
             iters = 15 if T > 30000 else 25
-            prep, walk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), iters)
-            tot = sorted(p + w for p, w in zip(prep, walk))
+            row = {"config": cname, "T": T, "N": N, "n": iters, "target_us": ph.TARGET[cname],
+                   "flashinfer_us": ph.PEERS[cname]}
+            for walk in ("wg",):
+                prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns),
+                                    iters)
+                tot = sorted(p + w for p, w in zip(prep, wk))
+                row[walk] = {"median_us": statistics.median(tot), "p10_us": tot[len(tot) // 10],
+                             "p90_us": tot[(9 * len(tot)) // 10], "prep_median_us": statistics.median(prep),
+                             "walk_median_us": statistics.median(wk)}
             chains = N * 8
             bv = next((x for x in (128, 64, 32) if chains * 128 // x >= 0.9 * 132), 16)
             _, _, v5t = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), iters)
             v5t.sort()
-            row = {"config": cname, "T": T, "N": N, "p64_median_us": statistics.median(tot), "p64_p10_us": tot[len(tot) // 10],
-                   "p64_p90_us": tot[(9 * len(tot)) // 10], "prep_median_us": statistics.median(prep),
-                   "walk_median_us": statistics.median(walk), "v5_variant": f"f32_bv{bv}",
-                   "v5_median_us": statistics.median(v5t), "n": len(tot),
-                   "target_us": ph.TARGET[cname], "flashinfer_us": ph.PEERS[cname]}
+            row["v5_variant"] = f"f32_bv{bv}"
+            row["v5_median_us"] = statistics.median(v5t)
             RES["timings"].append(row)
             table.append(row)
-            log(f"time {cname:<8} p64 {row['p64_median_us']:8.1f} us (prep {row['prep_median_us']:.1f} + walk "
-                f"{row['walk_median_us']:.1f}; p10 {row['p64_p10_us']:.1f} p90 {row['p64_p90_us']:.1f})  v5 {bv} "
-                f"{row['v5_median_us']:.1f}  target {ph.TARGET[cname]}  FI {ph.PEERS[cname]}")
+            log(f"time {cname:<8} " + "  ".join(
+                f"{w_} {row[w_]['median_us']:.1f} (prep {row[w_]['prep_median_us']:.1f} + walk "
+                f"{row[w_]['walk_median_us']:.1f}; p10 {row[w_]['p10_us']:.1f} p90 {row[w_]['p90_us']:.1f})" for w_ in ("wg",))
+                + f"  v5 {bv} {row['v5_median_us']:.1f}  target {ph.TARGET[cname]}  FI {ph.PEERS[cname]}")
         except Exception:
             RES["errors"].append(f"time {cname}: " + traceback.format_exc()[-2000:])
             log("ERROR", RES["errors"][-1])
         save()
-    print("\n=== prefill64 vs v5 (H200? see device), fp32 state, CUPTI kernel-time sum, L2 flushed ===")
-    print(f"{'config':<9} {'p64':>8} {'prep':>7} {'walk':>8} {'v5':>8} {'target':>7} {'FI':>7}")
+    print("\n=== chunk64 plan (prep + walk) vs fused v5, fp32 state, CUPTI kernel-time sum, L2 flushed; device above ===")
+    print(f"{'config':<9} " + " ".join(f"{w_ + ' total':>11} {w_ + ' prep':>10} {w_ + ' walk':>10}" for w_ in ("wg",))
+          + f" {'v5':>8} {'target':>7} {'FI':>7}")
     for r in table:
-        print(f"{r['config']:<9} {r['p64_median_us']:8.1f} {r['prep_median_us']:7.1f} {r['walk_median_us']:8.1f} "
-              f"{r['v5_median_us']:8.1f} {r['target_us']:7} {r['flashinfer_us']:7}")
+        print(f"{r['config']:<9} " + " ".join(f"{r[w_]['median_us']:11.1f} {r[w_]['prep_median_us']:10.1f} "
+                                             f"{r[w_]['walk_median_us']:10.1f}" for w_ in ("wg",))
+              + f" {r['v5_median_us']:8.1f} {r['target_us']:7} {r['flashinfer_us']:7}")
+
+
+def ablate():
+    """Walk time of the wgmma walker with loads removed (results wrong; timing only): is it load- or issue-bound?"""
+    cfgs = [("1x1024", [1024]), ("1x8192", [8192]), ("64x1024", [1024] * 64)]
+    for tag, defs in (("full", []), ("no K/Q/V", ["GDN_WG_NOKQV"]), ("no record", ["GDN_WG_NOREC"]),
+                      ("no loads", ["GDN_WG_NOKQV", "GDN_WG_NOREC"])):
+        try:
+            m = Module64(defines=defs)
+            for cname, lens in cfgs:
+                inp = ph.bench_inputs(lens)
+                T, N = sum(lens), len(lens)
+                q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+                out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+                ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+                prep, wk, _ = times(lambda: m.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
+                row = {"ablation": tag, "config": cname, "walk_median_us": statistics.median(wk),
+                       "per_chunk_us": statistics.median(wk) / ((max(lens) + 63) // 64)}
+                RES["timings"].append(row)
+                log(f"ablate {tag:<10} {cname:<8} walk {row['walk_median_us']:8.1f} us  per chunk {row['per_chunk_us']:.3f}")
+        except Exception:
+            RES["errors"].append(f"ablate {tag}: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
+    save()
+
+
+def selftest():
+    """The wgmma operand layouts (128-byte swizzle, K-major and MN-major descriptors) against torch matmuls, for the
+    compiled LBO/SBO of the MN-major update operand and the swapped pair."""
+    g = torch.Generator(device="cpu").manual_seed(3)
+    A = torch.randn(64, 128, generator=g).bfloat16().to(dev)
+    B = torch.randn(128, 128, generator=g).bfloat16().to(dev)
+    Af, Bf = A.double(), B.double()
+    want = {"D1 K-major n128": Af @ Bf.T, "D2 MN-major n128": Af[:, :64] @ Bf[:64, :],
+            "D3 K-major n64": Af[:, :64] @ Bf[:64, :64].T}
+    for tag, defs in (("lbo16384_sbo1024", ["GDN_WGMMA_SELFTEST"]),
+                      ("lbo1024_sbo16384", ["GDN_WGMMA_SELFTEST", "WG_UPD_LBO=1024", "WG_UPD_SBO=16384"])):
+        try:
+            m = Module64(defines=defs, selftest=True)
+            D = [torch.full((64, 128), float("nan"), dtype=torch.float32, device=dev) for _ in range(3)]
+            ptrs = [ctypes.c_void_p(x.data_ptr()) for x in [A, B] + D]
+            argv = (ctypes.c_void_p * 5)(*[ctypes.addressof(x) for x in ptrs])
+            err, = cu.cuLaunchKernel(m.fns["gdn_wgmma_selftest"], 1, 1, 1, 128, 1, 1, 64 * 1024,
+                                     cu.CUstream(torch.cuda.current_stream().cuda_stream), ctypes.addressof(argv), 0)
+            torch.cuda.synchronize()
+            res = {}
+            for (name, ref), d in zip(want.items(), D):
+                got = d[:, :ref.shape[1]].double()
+                res[name] = float(((got - ref).norm() / ref.norm()).item()) if torch.isfinite(got).all() else float("nan")
+            RES["checks"].append({"case": "wgmma selftest", "variant": tag, "launch": str(err), "rel_l2": res})
+            log(f"selftest {tag}: {err} " + " ".join(f"{k} {v:.2e}" for k, v in res.items()))
+        except Exception:
+            RES["errors"].append(f"selftest {tag}: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
+    save()
 
 
 def main():
+    if "selftest" in ARGS:
+        selftest()
+    if "ablate" in ARGS:
+        ablate()
     try:
         mod = Module64()
     except Exception:
