@@ -42,6 +42,7 @@
 // bf16 error terms (output rel-L2 3.3e-3 -> 2.2e-3, state 2.5e-3 -> 1.7e-3 on slow-decay inputs).
 // ---------------------------------------------------------------------------------------------------------
 #include "gates.cuh"
+#include "sm90.cuh"
 
 // Producer warps per CTA, per variant (v4 default): BV=16, 32, 64 -> 5; BV=128 -> 4 (384 threads, <= 168 regs).
 // -DGDN_NP=n forces n (1..6; NP=6 fits bv16/32/64 since v5) for every variant (experiments only; the runtime uses the defaults).
@@ -142,83 +143,9 @@ template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
 static_assert(smem_bytes<16, 6>() == 195088 && smem_bytes<16, 5>() == 165104 && smem_bytes<32, 5>() == 171504 && smem_bytes<64, 5>() == 184304 &&
                   smem_bytes<128, 4>() == 172752, "v5 launch table (mirrored by the Rust runtime)");
 
-// ------------------------------------------------------------------ PTX helpers
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
-}
-// D = A·B + D, m16n8k16, bf16 inputs, f32 accumulators.
-__device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// ------------------------------------------------------------------ helpers (the shared ones are in sm90.cuh)
 __device__ __forceinline__ void mma4(float* c, const u32* a, u32 b0, u32 b1) { mma(c, a[0], a[1], a[2], a[3], b0, b1); }
-
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;  // src-size 0: the 16 bytes are zero-filled, nothing is read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async4(u32 dst, const void* src, bool valid) {
-    int n = valid ? 4 : 0;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// mbarrier (shared::cta, 64-bit) helpers: init, arrive (release, CTA scope), wait on a phase parity (acquire).
-__device__ __forceinline__ void mbar_init(u32 addr, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u32 addr) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u32 addr, u32 parity) {
-    u32 done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(addr), "r"(parity) : "memory");
-    } while (!done);
-}
-
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
-    return *reinterpret_cast<u32*>(&h);
-}
-// hi = bf16(x), lo = bf16(x - hi), packed pairwise.
-__device__ __forceinline__ void split_bf16(float x0, float x1, u32& hi, u32& lo) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    float2 hf = __bfloat1622float2(h);
-    hi = *reinterpret_cast<u32*>(&h);
-    lo = pack_bf16(x0 - hf.x, x1 - hf.y);
-}
 __device__ __forceinline__ float bf2f(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <bool BF16> struct StateIO;
-template <> struct StateIO<false> {  // fp32 state
-    static __device__ __forceinline__ float2 load(const void* base, i64 off) {
-        return *reinterpret_cast<const float2*>(reinterpret_cast<const float*>(base) + off);
-    }
-    static __device__ __forceinline__ void store(void* base, i64 off, float x0, float x1) {
-        *reinterpret_cast<float2*>(reinterpret_cast<float*>(base) + off) = make_float2(x0, x1);
-    }
-};
-template <> struct StateIO<true> {  // bf16 state, fp32 math
-    static __device__ __forceinline__ float2 load(const void* base, i64 off) {
-        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(reinterpret_cast<const __nv_bfloat16*>(base) + off));
-    }
-    static __device__ __forceinline__ void store(void* base, i64 off, float x0, float x1) {
-        *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(base) + off) = __floats2bfloat162_rn(x0, x1);
-    }
-};
 
 // ------------------------------------------------------------------ producer: one chunk's loads
 template <int BV>

@@ -45,6 +45,7 @@
 // in fp32.
 // ---------------------------------------------------------------------------------------------------------
 #include "gates.cuh"
+#include "sm90.cuh"
 
 // Parameters of every gdn_prefill64_* kernel. 8-byte fields first; 128 bytes. Mirrored by the Rust runtime.
 struct Prefill64Params {
@@ -98,85 +99,6 @@ constexpr int PG_OFF = PT_OFF + C * LDF * 4;       // γ f32 [64]
 constexpr int PB_OFF = PG_OFF + 4 * C;             // β f32 [64]
 constexpr int PREP_SMEM = PB_OFF + 4 * C;          // 70144
 static_assert(PREP_SMEM == 70144, "prep smem (mirrored by the Rust runtime)");
-
-// ------------------------------------------------------------------ PTX helpers
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void ldsm_x4(u32 addr, u32* r) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32* r) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-// D = A·B + D, m16n8k16, bf16 inputs, f32 accumulators.
-__device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;  // src-size 0: the 16 bytes are zero-filled, nothing is read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-// mbarrier + bulk (TMA, non-tensor) copies: a few large copies per chunk instead of thousands of 16-byte
-// cp.async requests (those capped the first version at ~13 B/cycle per SM: 3.7 us per chunk).
-__device__ __forceinline__ void mbar_init(u32 addr, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_init_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(u32 addr, u32 bytes) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(addr), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u32 addr, u32 parity) {
-    u32 done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(addr), "r"(parity) : "memory");
-    } while (!done);
-}
-// Copy `bytes` (multiple of 16, both addresses 16-byte aligned) from global to this CTA's shared memory; completion
-// is counted on the mbarrier at `bar` in bytes.
-__device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
-
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
-    return *reinterpret_cast<u32*>(&h);
-}
-// hi = bf16(x), lo = bf16(x - hi), packed pairwise.
-__device__ __forceinline__ void split_bf16(float x0, float x1, u32& hi, u32& lo) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    float2 hf = __bfloat1622float2(h);
-    hi = *reinterpret_cast<u32*>(&h);
-    lo = pack_bf16(x0 - hf.x, x1 - hf.y);
-}
-
-template <bool BF16> struct StateIO;
-template <> struct StateIO<false> {
-    static __device__ __forceinline__ float2 load(const void* base, i64 off) {
-        return *reinterpret_cast<const float2*>(reinterpret_cast<const float*>(base) + off);
-    }
-    static __device__ __forceinline__ void store(void* base, i64 off, float x0, float x1) {
-        *reinterpret_cast<float2*>(reinterpret_cast<float*>(base) + off) = make_float2(x0, x1);
-    }
-};
-template <> struct StateIO<true> {
-    static __device__ __forceinline__ float2 load(const void* base, i64 off) {
-        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(reinterpret_cast<const __nv_bfloat16*>(base) + off));
-    }
-    static __device__ __forceinline__ void store(void* base, i64 off, float x0, float x1) {
-        *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(base) + off) = __floats2bfloat162_rn(x0, x1);
-    }
-};
 
 // First workspace slot of sequence i.
 __device__ __forceinline__ i64 seq_slot(const i64* cu, i64 i) { return cu[i] / C + i; }
@@ -246,7 +168,7 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
         const int r = e >> 6, c = e & 63;
         if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
     }
-    cp_async_wait_all();
+    cp_async_wait<0>();
     __syncthreads();
     if (tid >= 32 && tid < C) gam_s[tid] += gam_s[31];
     __syncthreads();
@@ -580,7 +502,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p) {
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c & 1) * W2_SLOT;
         const i64 cstart = bos + (i64)c * C;
-        cp_async_wait_all();
+        cp_async_wait<0>();
         fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
         mbar_wait(bar0 + 8 * (c & 1), (u32)(c >> 1) & 1u);
         __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)

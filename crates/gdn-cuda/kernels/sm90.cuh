@@ -1,0 +1,100 @@
+// sm90.cuh — PTX helpers shared by prefill.cu and prefill64.cu (Hopper, sm_90a): shared-memory addresses,
+// ldmatrix, mma.sync m16n8k16 (bf16 in, fp32 accumulate), cp.async, mbarriers and bulk (TMA, non-tensor) copies,
+// bf16 packing and hi + lo splitting, and the fp32 / bf16 state load/store pair. One definition of each, so the
+// two prefill kernels cannot drift apart. Needs gates.cuh first (u32, i64, the bf16 types).
+#pragma once
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// ldmatrix x4 (and transposed), into four registers or an array of four.
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32* r) { ldsm_x4(addr, r[0], r[1], r[2], r[3]); }
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32* r) { ldsm_x4_t(addr, r[0], r[1], r[2], r[3]); }
+// D = A·B + D, m16n8k16, bf16 inputs, f32 accumulators; A as four registers or an array of four.
+__device__ __forceinline__ void mma(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) { mma(c, a[0], a[1], a[2], a[3], b0, b1); }
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
+    int n = valid ? 16 : 0;  // src-size 0: the 16 bytes are zero-filled, nothing is read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, bool valid) {
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// mbarrier (shared::cta, 64-bit): init, arrive (release, CTA scope), arrive with an expected transaction byte count,
+// wait on a phase parity (acquire).
+__device__ __forceinline__ void mbar_init(u32 addr, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 addr) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 addr, u32 bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(addr), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u32 addr, u32 parity) {
+    u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    } while (!done);
+}
+// Copy `bytes` (multiple of 16, both addresses 16-byte aligned) from global to this CTA's shared memory; completion
+// is counted on the mbarrier at `bar` in bytes. Few large copies: the TMA unit takes small ones one after another.
+__device__ __forceinline__ void bulk_g2s(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+    return *reinterpret_cast<u32*>(&h);
+}
+// hi = bf16(x), lo = bf16(x - hi), packed pairwise.
+__device__ __forceinline__ void split_bf16(float x0, float x1, u32& hi, u32& lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    float2 hf = __bfloat1622float2(h);
+    hi = *reinterpret_cast<u32*>(&h);
+    lo = pack_bf16(x0 - hf.x, x1 - hf.y);
+}
+
+// State storage: fp32, or bf16 with fp32 math. Two adjacent elements per call.
+template <bool BF16> struct StateIO;
+template <> struct StateIO<false> {
+    static __device__ __forceinline__ float2 load(const void* base, i64 off) {
+        return *reinterpret_cast<const float2*>(reinterpret_cast<const float*>(base) + off);
+    }
+    static __device__ __forceinline__ void store(void* base, i64 off, float x0, float x1) {
+        *reinterpret_cast<float2*>(reinterpret_cast<float*>(base) + off) = make_float2(x0, x1);
+    }
+};
+template <> struct StateIO<true> {
+    static __device__ __forceinline__ float2 load(const void* base, i64 off) {
+        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(reinterpret_cast<const __nv_bfloat16*>(base) + off));
+    }
+    static __device__ __forceinline__ void store(void* base, i64 off, float x0, float x1) {
+        *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(base) + off) = __floats2bfloat162_rn(x0, x1);
+    }
+};
