@@ -45,12 +45,16 @@ impl Engine {
         }
     }
 
-    /// The prefill plans `check` runs each prefill case with: both plans on CUDA (forced one after the
+    /// The prefill plans `check` runs each prefill case with: every plan on CUDA (forced one after the
     /// other), unless `GDN_KERNEL` decides; `[None]` (the backend's own choice) otherwise.
     pub fn prefill_plans(&self) -> Vec<Option<PlanKind>> {
         match self {
             Engine::Cuda(b) if b.kernel_override().is_none() => {
-                vec![Some(PlanKind::Fused), Some(PlanKind::Chunk64)]
+                vec![
+                    Some(PlanKind::Fused),
+                    Some(PlanKind::Chunk64),
+                    Some(PlanKind::ContextParallel),
+                ]
             }
             _ => vec![None],
         }

@@ -66,7 +66,7 @@ struct Prefill64Params {
     float scale;                   // 112: resolved, never 0
     i32 num_q_heads;               // 116: H
     i32 num_v_heads;               // 120: HV (multiple of H)
-    i32 pad0;                      // 124: 0
+    i32 seg_chunks;                // 124: context-parallel kernels: chunks per segment L >= 1 (others: ignored)
 };
 
 namespace gdn_prefill64 {
@@ -419,9 +419,10 @@ __device__ __forceinline__ void acc_to_a_hilo(const float* acc, int s, float sig
 // Byte offset of the 16-byte piece j of row r in a swizzled [rows][128 B] panel.
 __device__ __forceinline__ u32 swz(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
 
+template <bool LOADQ>
 __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned char* slot, u32 bar,
                                               const unsigned char* rec, i64 start, int nvalid, int hq, int h, int v0,
-                                              int tid) {
+                                              int tid, bool loadv) {
     const int H = p.num_q_heads, HV = p.num_v_heads;
     // (GDN_WG_NOREC / GDN_WG_NOKQV: timing ablations for the harness only — they skip loads, results are wrong)
 #ifndef GDN_WG_NOREC
@@ -441,10 +442,11 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
         const i64 off = ok ? ((start + r) * H + hq) * (i64)D + c * 8 : 0;
         const u32 panel = kq + (u32)(c >> 3) * (128 * 128);
         cp_async16(panel + swz(r, c & 7), p.k + off, ok);
-        cp_async16(panel + swz(C + r, c & 7), p.q + off, ok);
+        if (LOADQ) cp_async16(panel + swz(C + r, c & 7), p.q + off, ok);
     }
 #pragma unroll
     for (int it = 0; it < (C * 64 / 8) / 128; ++it) {  // V half: 512 pieces, 4 per thread
+        if (!loadv) break;
         const int idx = it * 128 + tid, r = idx >> 3, c = idx & 7;
         const bool ok = r < nvalid;
         const i64 off = ok ? ((start + r) * HV + h) * (i64)D + v0 + c * 8 : 0;
@@ -454,37 +456,69 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
     cp_async_commit();
 }
 
-template <bool BF16STATE>
-__device__ __forceinline__ void walk_wg_body(const Prefill64Params& p) {
+// What one walk CTA runs: chunks [c0, c1) of sequence `seq` for value head h and value half vh, from an initial
+// state to an end state. The plain walk runs whole sequences (state → new_state); the context-parallel kernels
+// below run segments of L chunks (see "context parallelism").
+enum : int { INIT_ZERO = 0, INIT_STATE = 1, INIT_WS = 2, INIT_IDENTITY = 3 };
+enum : int { END_NONE = 0, END_STATE = 1, END_WS = 2 };
+struct WalkJob {
+    i64 seq, bos, eos;        // sequence and its token range
+    int h, vh, c0, c1;        // value head, value half, chunk range (chunk indices within the sequence)
+    int init, end;            // INIT_* / END_*
+    const float* init_ws;     // INIT_WS: f32 [128 v][128 k] of this (segment, head)
+    float* end_ws;            // END_WS: likewise
+};
+
+// SUMMARY = a context-parallel summary walk: only the state is carried (Z instead of [Z | Y], no Q, no output).
+// ZEROV = V taken as 0 (the transition walk: V not loaded, U = 0). Both compile-time: a branch inside a wgmma
+// window makes ptxas inject warpgroup.arrive.
+template <bool BF16STATE, bool SUMMARY, bool ZEROV = false>
+__device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const WalkJob& job) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int HV = p.num_v_heads;
-    const int vh = blockIdx.x & 1;
-    const int h = (blockIdx.x >> 1) % HV;
-    const i64 seq = (i64)(blockIdx.x >> 1) / HV;
+    const int h = job.h;
+    const i64 seq = job.seq;
     const int hq = h / (HV / p.num_q_heads);
-    const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
+    const i64 bos = job.bos, eos = job.eos;
     const i64 len = eos > bos ? eos - bos : 0;
-    const int nch = (int)((len + C - 1) / C);
+    const int c0 = job.c0, c1 = job.c1;
     const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int v0 = 64 * vh;
+    const int v0 = 64 * job.vh;
+    constexpr bool loadv = !ZEROV;
     const unsigned char* rec0 =
         reinterpret_cast<const unsigned char*>(p.workspace) + (seq_slot(p.cu_seqlens, seq) * HV + h) * (i64)WS_CHUNK_BYTES;
     const i64 rec_stride = (i64)HV * WS_CHUNK_BYTES;
 
     // Sᵀ rows v0 + 16w + g (+8), columns 8j + 2t (+1).
     float S[64];
-    const i64 sbase = ((seq * HV + h) * D + v0 + 16 * w) * (i64)D;
-    if (p.state != nullptr && len > 0) {
+    const i64 sbase = ((seq * HV + h) * D + v0 + 16 * w) * (i64)D;  // typed state / new_state
+    const i64 wbase = (i64)(v0 + 16 * w) * D;                        // f32 [128][128] workspace states
+    if (job.init == INIT_STATE && p.state != nullptr && len > 0) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
             const float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + 8 * j + 2 * t);
             const float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + 8 * j + 2 * t);
             S[4 * j] = x0.x; S[4 * j + 1] = x0.y; S[4 * j + 2] = x1.x; S[4 * j + 3] = x1.y;
         }
-    } else {
+    } else if (job.init == INIT_WS) {
 #pragma unroll
-        for (int i = 0; i < 64; ++i) S[i] = 0.f;
+        for (int j = 0; j < 16; ++j) {
+            const float2 x0 = StateIO<false>::load(job.init_ws, wbase + (i64)g * D + 8 * j + 2 * t);
+            const float2 x1 = StateIO<false>::load(job.init_ws, wbase + (i64)(g + 8) * D + 8 * j + 2 * t);
+            S[4 * j] = x0.x; S[4 * j + 1] = x0.y; S[4 * j + 2] = x1.x; S[4 * j + 3] = x1.y;
+        }
+    } else {
+        const int r0 = v0 + 16 * w + g;
+        const bool eye = job.init == INIT_IDENTITY;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int k0 = 8 * j + 2 * t;
+            S[4 * j] = eye && r0 == k0 ? 1.f : 0.f;
+            S[4 * j + 1] = eye && r0 == k0 + 1 ? 1.f : 0.f;
+            S[4 * j + 2] = eye && r0 + 8 == k0 ? 1.f : 0.f;
+            S[4 * j + 3] = eye && r0 + 8 == k0 + 1 ? 1.f : 0.f;
+        }
     }
     __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(smem + W2_OS);
     const u32 bar0 = smem_addr(smem + W2_BAR);
@@ -494,22 +528,28 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p) {
         mbar_init_fence();
     }
     __syncthreads();
-    if (nch > 0) walk_wg_issue(p, smem, bar0, rec0, bos, len < C ? (int)len : C, hq, h, v0, tid);
+    if (c1 > c0) {
+        const i64 s0 = bos + (i64)c0 * C;
+        walk_wg_issue<!SUMMARY>(p, smem, bar0, rec0 + (i64)c0 * rec_stride, s0, eos - s0 < C ? (int)(eos - s0) : C, hq, h,
+                                v0, tid, loadv);
+    }
     // Vᵀ A fragments by ldmatrix.trans: lanes 8i..8i+7 address matrix i = (value rows +8·(i&1), tokens +8·(i>>1)).
     const int vt_row = (lane & 7) + 8 * (lane >> 4), vt_piece = 2 * w + ((lane >> 3) & 1);
     // Output staging: lanes 8m..8m+7 address rows (tokens) 8(m >> 1) + i, value columns 16w + 8(m & 1) of a 16-token pair.
     const u32 os_lane = smem_addr(os) + (u32)(((8 * (lane >> 4) + (lane & 7)) * W2_LDO + 16 * w + 8 * ((lane >> 3) & 1)) * 2);
-    for (int c = 0; c < nch; ++c) {
-        unsigned char* slot = smem + (c & 1) * W2_SLOT;
+    for (int c = c0; c < c1; ++c) {
+        const int lc = c - c0;  // local chunk: slot lc & 1, mbarrier phase (lc >> 1) & 1
+        unsigned char* slot = smem + (lc & 1) * W2_SLOT;
         const i64 cstart = bos + (i64)c * C;
         cp_async_wait<0>();
         fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
-        mbar_wait(bar0 + 8 * (c & 1), (u32)(c >> 1) & 1u);
+        mbar_wait(bar0 + 8 * (lc & 1), (u32)(lc >> 1) & 1u);
         __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)
-        if (c + 1 < nch) {
+        if (c + 1 < c1) {
             const i64 ns = cstart + C;
-            walk_wg_issue(p, smem + ((c + 1) & 1) * W2_SLOT, bar0 + 8 * ((c + 1) & 1), rec0 + (i64)(c + 1) * rec_stride,
-                          ns, eos - ns < C ? (int)(eos - ns) : C, hq, h, v0, tid);
+            walk_wg_issue<!SUMMARY>(p, smem + ((lc + 1) & 1) * W2_SLOT, bar0 + 8 * ((lc + 1) & 1),
+                                    rec0 + (i64)(c + 1) * rec_stride, ns, eos - ns < C ? (int)(eos - ns) : C, hq, h, v0,
+                                    tid, loadv);
         }
         const u32 kq = smem_addr(slot + W2_KQ), vs = smem_addr(slot + W2_V), rs = smem_addr(slot + W2_REC);
         const float* egq = reinterpret_cast<const float*>(slot + W2_REC + WG_E);
@@ -518,29 +558,41 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p) {
         // Descriptors of this slot's operands; every step below adds a constant (address >> 4) to the start field.
         const u64 dkq = wg_desc(kq, 16, 1024), drec = wg_desc(rs, 16, 1024), dupd = wg_desc(kq, WG_UPD_LBO, WG_UPD_SBO);
 
-        // ---- B1: [Z | Y] = Sᵀ [Kᵀ | Qᵀ];  U = Vᵀ Tbᵀ (hi + lo)
+        // ---- B1: [Z | Y] = Sᵀ [Kᵀ | Qᵀ] (summary: Z = Sᵀ Kᵀ);  U = Vᵀ Tbᵀ (hi + lo; the transition walk: U = 0)
         // (every A fragment of a batch is formed before its wgmma.fence: registers written after the fence
         // would make ptxas serialise the batch)
-        float ZY[64], U[32];
+        constexpr int NZY = SUMMARY ? 32 : 64;
+        float ZY[NZY], U[32];
         u32 aS[8][4], aV[4][4];
 #pragma unroll
         for (int s = 0; s < 8; ++s) acc_to_a(S, s, aS[s]);
+        if constexpr (loadv) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) ldsm_x4_t(vs + swz(16 * s + vt_row, vt_piece), aV[s]);
+            for (int s = 0; s < 4; ++s) ldsm_x4_t(vs + swz(16 * s + vt_row, vt_piece), aV[s]);
+        }
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 8; ++s)
-            wgmma_m64n128<0>(ZY, aS[s], dkq + (u64)(((s >> 2) * (128 * 128) + (s & 3) * 32) >> 4), s > 0);
-        wg_commit();
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            wgmma_m64n64<0>(U, aV[s], drec + (u64)((0 * WG_TILE + 32 * s) >> 4), s > 0);
-            wgmma_m64n64<0>(U, aV[s], drec + (u64)((1 * WG_TILE + 32 * s) >> 4), 1);
+        for (int s = 0; s < 8; ++s) {
+            const u64 dk = dkq + (u64)(((s >> 2) * (128 * 128) + (s & 3) * 32) >> 4);
+            if constexpr (SUMMARY) wgmma_m64n64<0>(ZY, aS[s], dk, s > 0);  // rows 0..63 of the panels: K
+            else wgmma_m64n128<0>(ZY, aS[s], dk, s > 0);
         }
         wg_commit();
+        if constexpr (loadv) {
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                wgmma_m64n64<0>(U, aV[s], drec + (u64)((0 * WG_TILE + 32 * s) >> 4), s > 0);
+                wgmma_m64n64<0>(U, aV[s], drec + (u64)((1 * WG_TILE + 32 * s) >> 4), 1);
+            }
+            wg_commit();
+        }
         wg_wait0();
-        wg_pin<64>(ZY);
+        wg_pin<NZY>(ZY);
         wg_pin<32>(U);
+        if constexpr (!loadv) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) U[i] = 0.f;
+        }
         // ---- B2: Vn = U − Z Tgᵀ  (−Z as hi + lo, Tg hi + lo: three products)
         u32 zh[4][4], zl[4][4];
 #pragma unroll
@@ -558,11 +610,13 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p) {
         wg_pin<32>(U);
         // ---- B3: O = e^γ ⊙ Y + Vn Pᵀ (onto Y's registers);  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K
         float O[32];  // its own registers (accumulating onto ZY's upper half made ptxas serialise every wgmma)
+        if constexpr (!SUMMARY) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const float e0 = egq[8 * j + 2 * t], e1 = egq[8 * j + 2 * t + 1];
-            O[4 * j] = ZY[32 + 4 * j] * e0; O[4 * j + 1] = ZY[33 + 4 * j] * e1;
-            O[4 * j + 2] = ZY[34 + 4 * j] * e0; O[4 * j + 3] = ZY[35 + 4 * j] * e1;
+            for (int j = 0; j < 8; ++j) {
+                const float e0 = egq[8 * j + 2 * t], e1 = egq[8 * j + 2 * t + 1];
+                O[4 * j] = ZY[32 + 4 * j] * e0; O[4 * j + 1] = ZY[33 + 4 * j] * e1;
+                O[4 * j + 2] = ZY[34 + 4 * j] * e0; O[4 * j + 3] = ZY[35 + 4 * j] * e1;
+            }
         }
 #pragma unroll
         for (int i = 0; i < 64; ++i) S[i] *= egc;
@@ -574,44 +628,246 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p) {
             vnu[j >> 1][2 * (j & 1) + 1] = pack_bf16(U[4 * j + 2] * e0, U[4 * j + 3] * e1);
         }
         u32 vnh[4][4], vnl[4][4];
+        if constexpr (!SUMMARY) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) acc_to_a_hilo(U, s, 1.f, vnh[s], vnl[s]);
+            for (int s = 0; s < 4; ++s) acc_to_a_hilo(U, s, 1.f, vnh[s], vnl[s]);
+        }
         wg_fence();
 #pragma unroll
         for (int s = 0; s < 4; ++s)  // B = K[16s .. 16s+16][0..128): MN-major, the two k panels LBO apart
             wgmma_m64n128<1>(S, vnu[s], dupd + (u64)((s * 2048) >> 4), 1);
         wg_commit();  // (the state update first, in its own group: with both in one group ptxas serialises)
+        if constexpr (!SUMMARY) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            const u64 ph = drec + (u64)((4 * WG_TILE + 32 * s) >> 4), pl = drec + (u64)((5 * WG_TILE + 32 * s) >> 4);
-            wgmma_m64n64<0>(O, vnh[s], ph, 1);
-            wgmma_m64n64<0>(O, vnl[s], ph, 1);
-            wgmma_m64n64<0>(O, vnh[s], pl, 1);
+            for (int s = 0; s < 4; ++s) {
+                const u64 ph = drec + (u64)((4 * WG_TILE + 32 * s) >> 4), pl = drec + (u64)((5 * WG_TILE + 32 * s) >> 4);
+                wgmma_m64n64<0>(O, vnh[s], ph, 1);
+                wgmma_m64n64<0>(O, vnl[s], ph, 1);
+                wgmma_m64n64<0>(O, vnh[s], pl, 1);
+            }
+            wg_commit();
         }
-        wg_commit();
         wg_wait0();
         wg_pin<64>(S);
-        wg_pin<32>(O);
-        // ---- outputs: stage [token][v] in shared memory (transposing stmatrix), then 16-byte stores
+        if constexpr (!SUMMARY) {
+            wg_pin<32>(O);
+            // ---- outputs: stage [token][v] in shared memory (transposing stmatrix), then 16-byte stores
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-            stsm_x4_t(os_lane + (u32)(16 * q * W2_LDO * 2), pack_bf16(O[8 * q], O[8 * q + 1]),
-                      pack_bf16(O[8 * q + 2], O[8 * q + 3]), pack_bf16(O[8 * q + 4], O[8 * q + 5]),
-                      pack_bf16(O[8 * q + 6], O[8 * q + 7]));
-        __syncthreads();
+            for (int q = 0; q < 4; ++q)
+                stsm_x4_t(os_lane + (u32)(16 * q * W2_LDO * 2), pack_bf16(O[8 * q], O[8 * q + 1]),
+                          pack_bf16(O[8 * q + 2], O[8 * q + 3]), pack_bf16(O[8 * q + 4], O[8 * q + 5]),
+                          pack_bf16(O[8 * q + 6], O[8 * q + 7]));
+            __syncthreads();
 #pragma unroll
-        for (int it = 0; it < 4; ++it) {
-            const int idx = it * 128 + tid, r = idx >> 3, pc = idx & 7;
-            const i64 tok = cstart + r;
-            if (tok < eos)
-                *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + v0 + 8 * pc) =
-                    *reinterpret_cast<const uint4*>(os + r * W2_LDO + 8 * pc);
+            for (int it = 0; it < 4; ++it) {
+                const int idx = it * 128 + tid, r = idx >> 3, pc = idx & 7;
+                const i64 tok = cstart + r;
+                if (tok < eos)
+                    *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + v0 + 8 * pc) =
+                        *reinterpret_cast<const uint4*>(os + r * W2_LDO + 8 * pc);
+            }
         }
     }
+    if (job.end == END_STATE) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * j + 2 * t, S[4 * j], S[4 * j + 1]);
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * j + 2 * t, S[4 * j + 2], S[4 * j + 3]);
+        for (int j = 0; j < 16; ++j) {
+            StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * j + 2 * t, S[4 * j], S[4 * j + 1]);
+            StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * j + 2 * t, S[4 * j + 2], S[4 * j + 3]);
+        }
+    } else if (job.end == END_WS) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            StateIO<false>::store(job.end_ws, wbase + (i64)g * D + 8 * j + 2 * t, S[4 * j], S[4 * j + 1]);
+            StateIO<false>::store(job.end_ws, wbase + (i64)(g + 8) * D + 8 * j + 2 * t, S[4 * j + 2], S[4 * j + 3]);
+        }
+    }
+}
+
+// The plain walk: one CTA per (sequence, value head, value half), grid N·HV·2, the whole sequence.
+template <bool BF16STATE>
+__device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
+    const int HV = p.num_v_heads;
+    WalkJob j;
+    j.vh = blockIdx.x & 1;
+    j.h = (blockIdx.x >> 1) % HV;
+    j.seq = (i64)(blockIdx.x >> 1) / HV;
+    j.bos = p.cu_seqlens[j.seq];
+    j.eos = p.cu_seqlens[j.seq + 1];
+    const i64 len = j.eos > j.bos ? j.eos - j.bos : 0;
+    j.c0 = 0;
+    j.c1 = (int)((len + C - 1) / C);
+    j.init = INIT_STATE;
+    j.end = END_STATE;
+    j.init_ws = nullptr;
+    j.end_ws = nullptr;
+    walk_wg_body<BF16STATE, false>(p, j);
+}
+
+// ================================================================== context parallelism (long sequences, few heads)
+// The state walk is affine in its initial state: walking chunks [a, b) from Sᵀ₀ gives Sᵀ₀ M + B, with M (k x k) the
+// product of the chunks' transitions and B the walk from zero. A sequence of nch chunks is cut into segments of
+// L = p.seg_chunks chunks (nseg = max(1, ceil(nch / L))); three launches then run it on nseg times the CTAs:
+//   pass 1  gdn_prefill64_cp_pass1_*  grid (seg slots, HV, 4): per (segment s, head, value half, role)
+//           s = 0:            role 0 walks the segment for real (state → outputs; end state → S[s+1], or new_state
+//                             when nseg = 1); role 1 exits
+//           0 < s < nseg − 1: summary walks (no outputs): role 0 from zero with V → B[s]; role 1 from the identity
+//                             with V = 0 → M[s] (the rows of the identity walk as value rows, so M is a walk state)
+//           s = nseg − 1:     nothing (its end state is never needed)
+//   scan    gdn_prefill64_cp_scan     grid N·HV·8, block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
+//           (fp32, 16 value rows per CTA, M staged in shared memory)
+//   pass 3  gdn_prefill64_cp_pass3_*  grid (seg slots, HV, 2): segments s ≥ 1 walk for real from S[s] (outputs;
+//           the last one writes new_state)
+// Work: ~2 walks per segment instead of one, spread over nseg times as many CTAs; the summary walks skip Q, Y, O and
+// the output staging. Segment s of sequence i lives in segment slot g(i) + s, g(i) = f(i) / L + i with f the
+// chunk-slot map above: g(i+1) − g(i) ≥ floor(nch_i / L) + 1 ≥ nseg_i, and every slot is < (T/64 + N + 1)/L + N + 1.
+// Workspace after the chunk records: three f32 arrays [seg slots][HV][128 v][128 k] — S (segment start states), M,
+// B. Numerics: the summary walks round their states to bf16 in products exactly like the real walk; the scan is fp32.
+constexpr int SCAN_ROWS = 16;                                     // value rows per scan CTA
+constexpr int SCAN_SMEM = (D * D + SCAN_ROWS * D) * 4;            // M f32 [128][128] + rows f32 [16][128]: 73728
+static_assert(SCAN_SMEM == 73728, "cp scan smem (mirrored by the Rust runtime)");
+
+__device__ __forceinline__ i64 seg_first(const i64* cu, i64 i, int L) { return seq_slot(cu, i) / L + i; }
+__device__ __forceinline__ i64 cp_seg_slots(const Prefill64Params& p) {
+    return (p.total_tokens / C + p.num_seqs + 1) / p.seg_chunks + p.num_seqs + 1;
+}
+// f32 [128][128] workspace state `which` (0 S, 1 M, 2 B) of segment slot `slot`, value head h.
+__device__ __forceinline__ float* cp_ws(const Prefill64Params& p, int which, i64 slot, int h) {
+    unsigned char* base = reinterpret_cast<unsigned char*>(p.workspace) +
+                          (p.total_tokens / C + p.num_seqs + 1) * (i64)p.num_v_heads * WS_CHUNK_BYTES;
+    return reinterpret_cast<float*>(base) + (((i64)which * cp_seg_slots(p) + slot) * p.num_v_heads + h) * (i64)(D * D);
+}
+
+struct SegPos {
+    i64 seq, bos, eos, first;  // sequence, its tokens, its first segment slot
+    int s, nseg, nch;          // this segment, segments and chunks of the sequence
+};
+// The (sequence, segment) of segment slot `slot`; false for a slot that holds no segment.
+__device__ __forceinline__ bool find_segment(const Prefill64Params& p, i64 slot, SegPos& sp) {
+    const i64 N = p.num_seqs;
+    const int L = p.seg_chunks;
+    if (N <= 0 || L <= 0) return false;
+    i64 lo = 0, hi = N - 1;  // largest i with g(i) <= slot (g strictly increasing, g(0) = 0)
+    while (lo < hi) {
+        const i64 mid = (lo + hi + 1) >> 1;
+        if (seg_first(p.cu_seqlens, mid, L) <= slot) lo = mid; else hi = mid - 1;
+    }
+    sp.seq = lo;
+    sp.first = seg_first(p.cu_seqlens, lo, L);
+    sp.bos = p.cu_seqlens[lo];
+    sp.eos = p.cu_seqlens[lo + 1];
+    const i64 len = sp.eos > sp.bos ? sp.eos - sp.bos : 0;
+    sp.nch = (int)((len + C - 1) / C);
+    sp.nseg = sp.nch > L ? (sp.nch + L - 1) / L : 1;
+    const i64 s = slot - sp.first;
+    if (s >= sp.nseg) return false;
+    sp.s = (int)s;
+    return true;
+}
+
+__device__ __forceinline__ WalkJob segment_job(const SegPos& sp, int h, int vh, int L) {
+    WalkJob j;
+    j.seq = sp.seq; j.bos = sp.bos; j.eos = sp.eos;
+    j.h = h; j.vh = vh;
+    j.c0 = sp.s * L;
+    j.c1 = min(sp.nch, (sp.s + 1) * L);
+    j.init = INIT_ZERO; j.end = END_NONE;
+    j.init_ws = nullptr; j.end_ws = nullptr;
+    return j;
+}
+
+template <bool BF16STATE>
+__device__ __forceinline__ void cp_pass1(const Prefill64Params& p) {
+    SegPos sp;
+    if (!find_segment(p, blockIdx.x, sp)) return;
+    const int h = blockIdx.y, vh = blockIdx.z & 1, role = blockIdx.z >> 1;
+    WalkJob j = segment_job(sp, h, vh, p.seg_chunks);
+    if (sp.s == 0) {
+        if (role != 0) return;
+        j.init = INIT_STATE;
+        if (sp.nseg == 1) {
+            j.end = END_STATE;
+        } else {
+            j.end = END_WS;
+            j.end_ws = cp_ws(p, 0, sp.first + 1, h);
+        }
+        walk_wg_body<BF16STATE, false>(p, j);
+    } else if (sp.s < sp.nseg - 1) {
+        j.end = END_WS;
+        if (role == 0) {
+            j.end_ws = cp_ws(p, 2, blockIdx.x, h);
+            walk_wg_body<BF16STATE, true>(p, j);
+        } else {
+            j.init = INIT_IDENTITY;
+            j.end_ws = cp_ws(p, 1, blockIdx.x, h);
+            walk_wg_body<BF16STATE, true, true>(p, j);
+        }
+    }
+}
+
+template <bool BF16STATE>
+__device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
+    SegPos sp;
+    if (!find_segment(p, blockIdx.x, sp) || sp.s == 0) return;
+    const int h = blockIdx.y;
+    WalkJob j = segment_job(sp, h, blockIdx.z & 1, p.seg_chunks);
+    j.init = INIT_WS;
+    j.init_ws = cp_ws(p, 0, blockIdx.x, h);
+    j.end = sp.s == sp.nseg - 1 ? END_STATE : END_NONE;
+    walk_wg_body<BF16STATE, false>(p, j);
+}
+
+// One CTA per (sequence, value head, 16 value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1] rows.
+// Thread (row tid / 16, columns 8 (tid % 16) .. +8); M is staged in shared memory per step.
+__device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* Ms = reinterpret_cast<float*>(smem);
+    float* Xs = Ms + D * D;
+    const int HV = p.num_v_heads, L = p.seg_chunks;
+    const int rb = blockIdx.x % (D / SCAN_ROWS);
+    const int h = (blockIdx.x / (D / SCAN_ROWS)) % HV;
+    const i64 seq = (i64)blockIdx.x / (D / SCAN_ROWS) / HV;
+    if (seq >= p.num_seqs || L <= 0) return;
+    const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
+    const i64 len = eos > bos ? eos - bos : 0;
+    const int nch = (int)((len + C - 1) / C);
+    const int nseg = nch > L ? (nch + L - 1) / L : 1;
+    if (nseg < 3) return;
+    const i64 first = seg_first(p.cu_seqlens, seq, L);
+    const int tid = threadIdx.x, r = tid >> 4, c0 = 8 * (tid & 15);
+    const i64 roff = (i64)(SCAN_ROWS * rb + r) * D + c0;
+    {
+        const float* X0 = cp_ws(p, 0, first + 1, h);
+        *reinterpret_cast<float4*>(Xs + r * D + c0) = *reinterpret_cast<const float4*>(X0 + roff);
+        *reinterpret_cast<float4*>(Xs + r * D + c0 + 4) = *reinterpret_cast<const float4*>(X0 + roff + 4);
+    }
+    for (int s = 2; s < nseg; ++s) {
+        const float* M = cp_ws(p, 1, first + s - 1, h);
+        const float* B = cp_ws(p, 2, first + s - 1, h);
+        for (int e = tid; e < D * D / 4; e += 256)
+            reinterpret_cast<float4*>(Ms)[e] = reinterpret_cast<const float4*>(M)[e];
+        float acc[8];
+        {
+            const float4 b0 = *reinterpret_cast<const float4*>(B + roff), b1 = *reinterpret_cast<const float4*>(B + roff + 4);
+            acc[0] = b0.x; acc[1] = b0.y; acc[2] = b0.z; acc[3] = b0.w;
+            acc[4] = b1.x; acc[5] = b1.y; acc[6] = b1.z; acc[7] = b1.w;
+        }
+        __syncthreads();  // M staged; X of the previous step written
+#pragma unroll 8
+        for (int k = 0; k < D; ++k) {
+            const float x = Xs[r * D + k];
+            const float4 m0 = *reinterpret_cast<const float4*>(Ms + k * D + c0);
+            const float4 m1 = *reinterpret_cast<const float4*>(Ms + k * D + c0 + 4);
+            acc[0] = fmaf(x, m0.x, acc[0]); acc[1] = fmaf(x, m0.y, acc[1]);
+            acc[2] = fmaf(x, m0.z, acc[2]); acc[3] = fmaf(x, m0.w, acc[3]);
+            acc[4] = fmaf(x, m1.x, acc[4]); acc[5] = fmaf(x, m1.y, acc[5]);
+            acc[6] = fmaf(x, m1.z, acc[6]); acc[7] = fmaf(x, m1.w, acc[7]);
+        }
+        __syncthreads();  // everyone is done reading X and M
+        float* Xn = cp_ws(p, 0, first + s, h);
+        *reinterpret_cast<float4*>(Xs + r * D + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        *reinterpret_cast<float4*>(Xs + r * D + c0 + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        *reinterpret_cast<float4*>(Xn + roff) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        *reinterpret_cast<float4*>(Xn + roff + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
 }
 
@@ -662,14 +918,35 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 //   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (192528)
 //   gdn_prefill64_walk_bf16   same, bf16 state / new_state
 // workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (49920) bytes, 256-byte aligned.
+// Context-parallel plan (p.seg_chunks = L >= 1; seg slots G = (T/64 + N + 1)/L + N + 1), in this order:
+//   gdn_prefill64_prep                grid (T/64 + N + 1, HV, 1), block 128, smem PREP_SMEM
+//   gdn_prefill64_cp_pass1_{f32,bf16} grid (G, HV, 4), block 128, smem WALK_SMEM
+//   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (73728)
+//   gdn_prefill64_cp_pass3_{f32,bf16} grid (G, HV, 2), block 128, smem WALK_SMEM
+// workspace: the records above + 3 · G · HV · 65536 bytes.
 // Both smem sizes exceed 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 // ---------------------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(128) gdn_prefill64_prep(const Prefill64Params p) {
     gdn_prefill64::prep_body(p);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_f32(const Prefill64Params p) {
-    gdn_prefill64::walk_wg_body<false>(p);
+    gdn_prefill64::walk_plain<false>(p);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_bf16(const Prefill64Params p) {
-    gdn_prefill64::walk_wg_body<true>(p);
+    gdn_prefill64::walk_plain<true>(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_f32(const Prefill64Params p) {
+    gdn_prefill64::cp_pass1<false>(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_bf16(const Prefill64Params p) {
+    gdn_prefill64::cp_pass1<true>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(const Prefill64Params p) {
+    gdn_prefill64::cp_scan(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_f32(const Prefill64Params p) {
+    gdn_prefill64::cp_pass3<false>(p);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_bf16(const Prefill64Params p) {
+    gdn_prefill64::cp_pass3<true>(p);
 }

@@ -387,7 +387,7 @@ impl PrefillArgs {
             scale: self.scale,
             num_q_heads: self.num_q_heads as i32,
             num_v_heads: self.num_v_heads as i32,
-            pad0: 0,
+            seg_chunks: 0,
         }
     }
 
@@ -665,6 +665,23 @@ impl KernelSet {
                 let p = &params as *const Prefill64Params as *mut c_void;
                 self.launch(prep, p, stream)?;
                 self.launch(walk, p, stream)?;
+            }
+            PrefillPlan::ContextParallel {
+                prep,
+                pass1,
+                scan,
+                pass3,
+                seg_chunks,
+                ..
+            } => {
+                // one params struct for all four (stream order carries the workspace from one to the next)
+                let mut params = args.params64();
+                params.seg_chunks = i32::try_from(*seg_chunks)
+                    .map_err(|_| bad("cu_seqlens", "segment length does not fit i32"))?;
+                let p = &params as *const Prefill64Params as *mut c_void;
+                for c in [prep, pass1, scan, pass3] {
+                    self.launch(c, p, stream)?;
+                }
             }
         }
         Ok(info)

@@ -170,8 +170,8 @@ pub struct Prefill64Params {
     pub num_q_heads: i32,
     /// HV (a multiple of H; need not be even)
     pub num_v_heads: i32,
-    /// explicit padding (0)
-    pub pad0: i32,
+    /// context-parallel kernels: chunks per segment L >= 1 (the prep and the plain walk ignore it; 0)
+    pub seg_chunks: i32,
 }
 
 const _: () = {
@@ -194,7 +194,7 @@ const _: () = {
     assert!(offset_of!(Prefill64Params, scale) == 112);
     assert!(offset_of!(Prefill64Params, num_q_heads) == 116);
     assert!(offset_of!(Prefill64Params, num_v_heads) == 120);
-    assert!(offset_of!(Prefill64Params, pad0) == 124);
+    assert!(offset_of!(Prefill64Params, seg_chunks) == 124);
 };
 
 /// The `static_assert(sizeof(...))` each .cu file must carry, checked against the embedded sources by the

@@ -21,6 +21,16 @@
 //!     picks it only where the fused kernels cannot run: an odd HV (if its workspace
 //!     `(T/64 + N + 1)·HV·WS_CHUNK_BYTES ≤ CHUNK64_WORKSPACE_CAP` and its launches fit; otherwise the call is
 //!     rejected as `OddValueHeads`). The override below forces it for any shape (`gdn check` runs both plans).
+//!   - **cp** (context parallel, `prefill64.cu`): the chunk64 prep, then three launches that cut each
+//!     sequence into G segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
+//!     transition and a zero-state summary of each middle segment; scan: the segments' start states; pass 3:
+//!     segments 1.. for real). Picked automatically for few long sequences — `N·HV·2 ≤ CP_MAX_CHAINS` walk
+//!     chains (a quarter of the GPU or less) and at least `CP_MIN_SEQ_CHUNKS` chunks per sequence on
+//!     average — where one walk per (sequence, head) leaves most SMs idle. G (`cp_segments`): the largest
+//!     with pass 3 in one wave of CTAs and pass 1 in at most two (measured on the H200: 1×65536 at G = 5 /
+//!     8 took 1308 / 1059 µs, G = 10 — pass 3 in two waves — 1342; results/prefill64.md), and segments of
+//!     at least `CP_MIN_SEG_CHUNKS` chunks. Only T and N are known on the host (no read of `cu_seqlens`), so L
+//!     comes from the average sequence length; any L is correct for any lengths.
 //! * An override (`GDN_KERNEL=<name>`, passed in by the caller) picks a variant by name; it must be of the
 //!   right family and state dtype, and still passes every limit check. For prefill, naming a `gdn_prefill_*`
 //!   kernel forces the fused plan with that kernel; naming `gdn_prefill64_prep` or the walk of the call's
@@ -28,7 +38,9 @@
 //! * Grid limits: gridDim.x ≤ 2³¹−1, gridDim.y/z ≤ 65 535; dynamic shared memory ≤ the device's opt-in limit.
 
 use crate::registry::{self, Family, GridOrder, StateDtype, Variant, HEAD_DIM};
-use crate::registry::{prefill64_slots, prefill64_workspace_bytes};
+use crate::registry::{
+    prefill64_cp_workspace_bytes, prefill64_seg_slots, prefill64_slots, prefill64_workspace_bytes,
+};
 use gdn_core::Op;
 use std::fmt;
 
@@ -112,6 +124,15 @@ pub const PREFILL_FILL_NUM: u64 = 9;
 pub const PREFILL_FILL_DEN: u64 = 10;
 /// Largest chunk64 workspace (bytes): a call that would need more is refused (forced) or, with an odd HV, rejected.
 pub const CHUNK64_WORKSPACE_CAP: u64 = 1 << 30;
+/// Context parallelism: at most this many walk chains `N·HV·2` (one walk CTA per chain leaves ≥ 3/4 of
+/// 132 SMs idle) ...
+pub const CP_MAX_CHAINS: u64 = 32;
+/// ... and at least this many 64-token chunks per sequence on average (2048 tokens).
+pub const CP_MIN_SEQ_CHUNKS: u64 = 32;
+/// Shortest automatic segment (chunks): each segment pays a fill (state load, first chunk's loads) per pass.
+pub const CP_MIN_SEG_CHUNKS: u64 = 8;
+/// Most segments per sequence.
+pub const CP_MAX_SEGMENTS: u64 = 64;
 /// Hardware grid limits (x, and y/z).
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 pub const MAX_GRID_YZ: u64 = 65_535;
@@ -209,7 +230,7 @@ pub enum Rejection {
         family: Family,
         state: StateDtype,
     },
-    /// A forced chunk64 plan whose workspace exceeds `CHUNK64_WORKSPACE_CAP`.
+    /// A forced chunk64 / cp plan whose workspace exceeds `CHUNK64_WORKSPACE_CAP`.
     Workspace {
         need: u64,
         max: u64,
@@ -293,7 +314,53 @@ pub fn grid_of(v: &Variant, s: &Shape) -> (u64, u64, u64) {
         GridOrder::HeadMajor => (n * cph, h, hv / h.max(1)),
         GridOrder::Linear => (n * hv * cph, 1, 1),
         GridOrder::ChunkSlots => (prefill64_slots(s.total_tokens as u64, n), hv, 1),
+        GridOrder::SegmentSlots => cp_grid(v, s, 1),
     }
+}
+
+/// The grid of a context-parallel pass (`GridOrder::SegmentSlots`) with segments of `seg_chunks` chunks.
+pub fn cp_grid(v: &Variant, s: &Shape, seg_chunks: u64) -> (u64, u64, u64) {
+    (
+        prefill64_seg_slots(s.total_tokens as u64, s.num_seqs as u64, seg_chunks),
+        s.num_v_heads as u64,
+        v.ctas_per_head as u64,
+    )
+}
+
+/// Average 64-token chunks per sequence (≥ 1), from T and N only.
+fn avg_seq_chunks(s: &Shape) -> u64 {
+    (s.total_tokens as u64 / (s.num_seqs as u64).max(1))
+        .div_ceil(registry::prefill64::CHUNK)
+        .max(1)
+}
+
+/// Segments per sequence for the cp plan: the largest G ≤ `CP_MAX_SEGMENTS` whose pass 3
+/// (`chains·(G−1)` CTAs) fits one wave and pass 1 (`chains·(2G−3)`) two, one CTA per SM; at least 3 (so
+/// that every pass has work). `automatic` also keeps segments ≥ `CP_MIN_SEG_CHUNKS` chunks.
+pub fn cp_segments(s: &Shape, sms: u64, automatic: bool) -> u64 {
+    let chains = (s.num_seqs as u64 * s.num_v_heads as u64 * 2).max(1);
+    let mut g = 3;
+    while g < CP_MAX_SEGMENTS
+        && chains * g <= sms
+        && chains * (2 * (g + 1) - 3) <= 2 * sms
+        && (!automatic || avg_seq_chunks(s) / (g + 1) >= CP_MIN_SEG_CHUNKS)
+    {
+        g += 1;
+    }
+    g
+}
+
+/// Chunks per segment for G segments of the average sequence (≥ 1).
+pub fn cp_seg_chunks(s: &Shape, segments: u64) -> u64 {
+    avg_seq_chunks(s).div_ceil(segments.max(1)).max(1)
+}
+
+/// Whether the automatic rule runs `s` context-parallel (see the module comment).
+pub fn cp_wanted(s: &Shape, caps: &DeviceCaps) -> bool {
+    let chains = s.num_seqs as u64 * s.num_v_heads as u64 * 2;
+    chains > 0
+        && chains <= CP_MAX_CHAINS.min(caps.sm_count as u64 / 4)
+        && avg_seq_chunks(s) >= CP_MIN_SEQ_CHUNKS
 }
 
 /// Chooses the kernel for `s` on a device with `caps`; `force` names a variant to use instead.
@@ -452,6 +519,8 @@ pub enum PlanKind {
     Fused,
     /// Prefill in two `prefill64.cu` kernels (prep, walk) with a device workspace.
     Chunk64,
+    /// Context-parallel prefill in four `prefill64.cu` kernels (prep, pass 1, scan, pass 3).
+    ContextParallel,
 }
 
 impl PlanKind {
@@ -460,6 +529,7 @@ impl PlanKind {
             PlanKind::Recurrent => "recurrent",
             PlanKind::Fused => "fused",
             PlanKind::Chunk64 => "chunk64",
+            PlanKind::ContextParallel => "cp",
         }
     }
 }
@@ -476,6 +546,18 @@ pub enum PrefillPlan {
         walk: Choice,
         workspace_bytes: u64,
     },
+    /// `gdn_prefill64_prep`, `gdn_prefill64_cp_pass1_*`, `gdn_prefill64_cp_scan`, `gdn_prefill64_cp_pass3_*`
+    /// with `Prefill64Params::seg_chunks = seg_chunks`, sharing a workspace of `workspace_bytes`.
+    ContextParallel {
+        prep: Choice,
+        pass1: Choice,
+        scan: Choice,
+        pass3: Choice,
+        /// Segments per (average) sequence the rule aimed for, and chunks per segment (L).
+        segments: u64,
+        seg_chunks: u64,
+        workspace_bytes: u64,
+    },
 }
 
 impl PrefillPlan {
@@ -483,6 +565,7 @@ impl PrefillPlan {
         match self {
             PrefillPlan::Fused { .. } => PlanKind::Fused,
             PrefillPlan::Chunk64 { .. } => PlanKind::Chunk64,
+            PrefillPlan::ContextParallel { .. } => PlanKind::ContextParallel,
         }
     }
 
@@ -491,6 +574,7 @@ impl PrefillPlan {
         match self {
             PrefillPlan::Fused { variant } => variant.is_empty(),
             PrefillPlan::Chunk64 { walk, .. } => walk.is_empty(),
+            PrefillPlan::ContextParallel { pass3, .. } => pass3.is_empty(),
         }
     }
 
@@ -499,6 +583,9 @@ impl PrefillPlan {
         match self {
             PrefillPlan::Fused { .. } => 0,
             PrefillPlan::Chunk64 {
+                workspace_bytes, ..
+            }
+            | PrefillPlan::ContextParallel {
                 workspace_bytes, ..
             } => *workspace_bytes,
         }
@@ -509,6 +596,13 @@ impl PrefillPlan {
         match self {
             PrefillPlan::Fused { variant } => vec![variant],
             PrefillPlan::Chunk64 { prep, walk, .. } => vec![prep, walk],
+            PrefillPlan::ContextParallel {
+                prep,
+                pass1,
+                scan,
+                pass3,
+                ..
+            } => vec![prep, pass1, scan, pass3],
         }
     }
 
@@ -523,6 +617,7 @@ impl PrefillPlan {
         match self {
             PrefillPlan::Fused { variant } => &variant.why,
             PrefillPlan::Chunk64 { walk, .. } => &walk.why,
+            PrefillPlan::ContextParallel { pass3, .. } => &pass3.why,
         }
     }
 }
@@ -555,10 +650,20 @@ pub fn choose_prefill(
             v.state.name(),
             s.state.name()
         ))),
+        Family::Prefill64CpPass1 | Family::Prefill64CpPass3 if v.state != s.state => {
+            Err(bad(format!(
+                "it is a context-parallel pass for {} state; this call has {} state",
+                v.state.name(),
+                s.state.name()
+            )))
+        }
         Family::Prefill64Prep | Family::Prefill64Walk => chunk64(s, caps, forced_why),
+        Family::Prefill64CpPass1 | Family::Prefill64CpScan | Family::Prefill64CpPass3 => {
+            context_parallel(s, caps, false, forced_why)
+        }
         other => Err(bad(format!(
-            "it is a {other:?} kernel; a prefill call takes gdn_prefill_* (fused plan) or \
-             gdn_prefill64_* (chunk64 plan)"
+            "it is a {other:?} kernel; a prefill call takes gdn_prefill_* (fused plan), \
+             gdn_prefill64_prep / _walk_* (chunk64 plan) or gdn_prefill64_cp_* (cp plan)"
         ))),
     }
 }
@@ -601,7 +706,108 @@ fn chunk64(s: &Shape, caps: &DeviceCaps, why: String) -> Result<PrefillPlan, Rej
     })
 }
 
+/// The context-parallel plan for `s` (`automatic`: the automatic rule's segment count; else at least 3
+/// segments however short the sequences, as forced plans and `gdn check` use it).
+fn context_parallel(
+    s: &Shape,
+    caps: &DeviceCaps,
+    automatic: bool,
+    why: String,
+) -> Result<PrefillPlan, Rejection> {
+    let of = |family| {
+        registry::VARIANTS
+            .iter()
+            .find(|v| {
+                v.family == family
+                    && v.hot
+                    && (family == Family::Prefill64Prep
+                        || family == Family::Prefill64CpScan
+                        || v.state == s.state)
+            })
+            .ok_or(Rejection::NoVariant {
+                family,
+                state: s.state,
+            })
+    };
+    let segments = cp_segments(s, caps.sm_count as u64, automatic);
+    let seg_chunks = cp_seg_chunks(s, segments);
+    let (t, n, hv) = (
+        s.total_tokens as u64,
+        s.num_seqs as u64,
+        s.num_v_heads as u64,
+    );
+    let need = prefill64_cp_workspace_bytes(t, n, hv, seg_chunks);
+    if need > CHUNK64_WORKSPACE_CAP {
+        return Err(Rejection::Workspace {
+            need,
+            max: CHUNK64_WORKSPACE_CAP,
+        });
+    }
+    if seg_chunks > i32::MAX as u64 {
+        return Err(Rejection::Grid {
+            dim: "segment length",
+            got: seg_chunks,
+            max: i32::MAX as u64,
+        });
+    }
+    let why = format!("{why}; {segments} segments of {seg_chunks} chunks");
+    let prep = configure(of(Family::Prefill64Prep)?, s, caps, why.clone())?;
+    let pass1 = configure_grid(
+        of(Family::Prefill64CpPass1)?,
+        s,
+        caps,
+        why.clone(),
+        seg_chunks,
+    )?;
+    let scan = configure(of(Family::Prefill64CpScan)?, s, caps, why.clone())?;
+    let pass3 = configure_grid(of(Family::Prefill64CpPass3)?, s, caps, why, seg_chunks)?;
+    let workspace_bytes = if pass3.is_empty() || n == 0 { 0 } else { need };
+    Ok(PrefillPlan::ContextParallel {
+        prep,
+        pass1,
+        scan,
+        pass3,
+        segments,
+        seg_chunks,
+        workspace_bytes,
+    })
+}
+
+/// `configure` for a context-parallel pass: its grid with segments of `seg_chunks` chunks.
+fn configure_grid(
+    variant: &'static Variant,
+    s: &Shape,
+    caps: &DeviceCaps,
+    why: String,
+    seg_chunks: u64,
+) -> Result<Choice, Rejection> {
+    let mut c = configure(variant, s, caps, why)?;
+    let (gx, gy, gz) = cp_grid(variant, s, seg_chunks);
+    if gx > MAX_GRID_X {
+        return Err(Rejection::Grid {
+            dim: "x",
+            got: gx,
+            max: MAX_GRID_X,
+        });
+    }
+    c.grid = if s.num_seqs == 0 {
+        (0, gy as u32, gz as u32)
+    } else {
+        (gx as u32, gy as u32, gz as u32)
+    };
+    Ok(c)
+}
+
 fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Rejection> {
+    if cp_wanted(s, caps) {
+        let why = format!(
+            "cp: {} walk chains <= {CP_MAX_CHAINS} and >= {CP_MIN_SEQ_CHUNKS} chunks per sequence",
+            s.num_seqs * s.num_v_heads * 2
+        );
+        if let Ok(plan) = context_parallel(s, caps, true, why) {
+            return Ok(plan);
+        }
+    }
     if !s.num_v_heads.is_multiple_of(2) {
         let reason = format!("odd num_v_heads {}: only chunk64 runs it", s.num_v_heads);
         return chunk64(s, caps, reason).map_err(|_| Rejection::OddValueHeads { v: s.num_v_heads });
@@ -628,6 +834,13 @@ pub fn prefill_override_for(
             .map(|v| v.name)
             .ok_or(Rejection::NoVariant {
                 family: Family::Prefill64Walk,
+                state: s.state,
+            }),
+        PlanKind::ContextParallel => registry::candidates(Family::Prefill64CpPass3, s.state)
+            .find(|v| v.hot)
+            .map(|v| v.name)
+            .ok_or(Rejection::NoVariant {
+                family: Family::Prefill64CpPass3,
                 state: s.state,
             }),
         PlanKind::Recurrent => Err(Rejection::Override {

@@ -24,6 +24,16 @@ pub enum Family {
     /// `prefill64.cu` `gdn_prefill64_walk_*`: second launch of the "chunk64" plan: walks each sequence's
     /// chunks from the workspace, carrying the state (f32 or bf16 storage). `Prefill64Params`.
     Prefill64Walk,
+    /// `prefill64.cu` `gdn_prefill64_cp_pass1_*`: second launch of the context-parallel ("cp") plan: per
+    /// segment of L chunks, walks segment 0 for real and summarises the middle segments (transition and
+    /// zero-state walk) into the workspace. `Prefill64Params` with `seg_chunks = L`.
+    Prefill64CpPass1,
+    /// `prefill64.cu` `gdn_prefill64_cp_scan`: third launch of the cp plan: each segment's start state from
+    /// the summaries, in fp32 (no state storage: `state` is a convention, F32, never matched).
+    Prefill64CpScan,
+    /// `prefill64.cu` `gdn_prefill64_cp_pass3_*`: last launch of the cp plan: walks segments 1.. for real
+    /// from their start states; the last writes new_state.
+    Prefill64CpPass3,
 }
 
 /// Grid layout of a variant (N = requests or sequences, `cph` = `ctas_per_head`).
@@ -38,6 +48,10 @@ pub enum GridOrder {
     /// `T / 64 + N + 1` bounds the number of chunks of any split of T tokens into N sequences (each
     /// sequence's partial last chunk adds at most one) plus one spare slot (`prefill64_slots`).
     ChunkSlots,
+    /// `(G, HV, cph)` with G = `prefill64_seg_slots(T, N, L)`: one CTA per (segment slot, value head, `cph`
+    /// roles); the context-parallel passes. G depends on the plan's segment length L (`policy::cp_grid`);
+    /// without one (`policy::grid_of`) it is the largest, L = 1.
+    SegmentSlots,
 }
 
 /// Storage dtype of the recurrent state (the math is fp32 either way).
@@ -140,6 +154,20 @@ pub mod prefill64 {
     pub const CHUNK: u64 = 64;
     /// Alignment the workspace pointer must have (bytes).
     pub const WORKSPACE_ALIGN: u64 = 256;
+    /// Context-parallel pass 1: CTAs per (segment slot, value head) = 2 value halves x 2 roles.
+    pub const CP_PASS1_CTAS: u32 = 4;
+    /// Context-parallel pass 3: CTAs per (segment slot, value head) = 2 value halves.
+    pub const CP_PASS3_CTAS: u32 = 2;
+    /// Context-parallel scan: CTAs per (sequence, value head) (16 value rows each), block, dynamic smem
+    /// (= `gdn_prefill64::SCAN_SMEM`).
+    pub const CP_SCAN_CTAS: u32 = 8;
+    pub const CP_SCAN_BLOCK: u32 = 256;
+    pub const CP_SCAN_SMEM: u32 = 73_728;
+    /// Workspace bytes per (segment slot, value head) for each of the three f32 [128][128] arrays
+    /// (start states, transitions, zero-state walks).
+    pub const CP_STATE_BYTES: u64 = 128 * 128 * 4;
+
+    pub(super) const CP_SCAN_SMEM_EXPR: &str = "gdn_prefill64::SCAN_SMEM";
 
     pub(super) const PREP_SMEM_EXPR: &str = "gdn_prefill64::PREP_SMEM";
     pub(super) const WALK_SMEM_EXPR: &str = "gdn_prefill64::WALK_SMEM";
@@ -149,6 +177,31 @@ pub mod prefill64 {
 /// Chunk slots of the prefill64 plan for T tokens in N sequences: `T / 64 + N + 1` (64-bit).
 pub fn prefill64_slots(total_tokens: u64, num_seqs: u64) -> u64 {
     total_tokens / prefill64::CHUNK + num_seqs + 1
+}
+
+/// Segment slots of the context-parallel plan with segments of `seg_chunks` (L >= 1) chunks:
+/// `(T / 64 + N + 1) / L + N + 1` — sequence i's segments start at `(cu[i] / 64 + i) / L + i`
+/// (prefill64.cu, "context parallelism").
+pub fn prefill64_seg_slots(total_tokens: u64, num_seqs: u64, seg_chunks: u64) -> u64 {
+    prefill64_slots(total_tokens, num_seqs) / seg_chunks.max(1) + num_seqs + 1
+}
+
+/// Workspace bytes of the context-parallel plan: the chunk records plus three f32 states per
+/// (segment slot, value head) (64-bit, saturating).
+pub fn prefill64_cp_workspace_bytes(
+    total_tokens: u64,
+    num_seqs: u64,
+    num_v_heads: u64,
+    seg_chunks: u64,
+) -> u64 {
+    prefill64_seg_slots(total_tokens, num_seqs, seg_chunks)
+        .saturating_mul(num_v_heads)
+        .saturating_mul(3 * prefill64::CP_STATE_BYTES)
+        .saturating_add(prefill64_workspace_bytes(
+            total_tokens,
+            num_seqs,
+            num_v_heads,
+        ))
 }
 
 /// Workspace bytes of the prefill64 plan: `slots · HV · WS_CHUNK_BYTES` (64-bit; saturates instead of
@@ -253,8 +306,11 @@ const fn prefill64_kernel(
         grid,
         block: prefill64::BLOCK,
         dyn_smem,
-        ctas_per_head: match grid {
-            GridOrder::Linear => prefill64::WALK_CTAS_PER_HEAD,
+        ctas_per_head: match (grid, family) {
+            (GridOrder::Linear, Family::Prefill64CpScan) => prefill64::CP_SCAN_CTAS,
+            (GridOrder::Linear, _) => prefill64::WALK_CTAS_PER_HEAD,
+            (GridOrder::SegmentSlots, Family::Prefill64CpPass1) => prefill64::CP_PASS1_CTAS,
+            (GridOrder::SegmentSlots, _) => prefill64::CP_PASS3_CTAS,
             _ => 1,
         },
         smem_expr: Some(smem_expr),
@@ -265,7 +321,7 @@ const fn prefill64_kernel(
 
 use std::mem::size_of;
 use Family::*;
-use GridOrder::{ChunkSlots, HeadMajor, Linear};
+use GridOrder::{ChunkSlots, HeadMajor, Linear, SegmentSlots};
 use StateDtype::{BF16, F32};
 
 /// Every variant gdn knows (recurrent.cu's header lists block / CTAS_PER_HEAD / grid of each export;
@@ -467,6 +523,51 @@ pub static VARIANTS: &[Variant] = &[
         prefill64::WALK_SMEM,
         prefill64::WALK_SMEM_EXPR,
     ),
+    prefill64_kernel(
+        "gdn_prefill64_cp_pass1_f32",
+        Prefill64CpPass1,
+        F32,
+        SegmentSlots,
+        prefill64::WALK_SMEM,
+        prefill64::WALK_SMEM_EXPR,
+    ),
+    prefill64_kernel(
+        "gdn_prefill64_cp_pass1_bf16",
+        Prefill64CpPass1,
+        BF16,
+        SegmentSlots,
+        prefill64::WALK_SMEM,
+        prefill64::WALK_SMEM_EXPR,
+    ),
+    Variant {
+        name: "gdn_prefill64_cp_scan",
+        module: &PREFILL64,
+        family: Prefill64CpScan,
+        state: F32, // touches only the fp32 workspace (not matched)
+        grid: Linear,
+        block: prefill64::CP_SCAN_BLOCK,
+        dyn_smem: prefill64::CP_SCAN_SMEM,
+        ctas_per_head: prefill64::CP_SCAN_CTAS,
+        smem_expr: Some(prefill64::CP_SCAN_SMEM_EXPR),
+        block_expr: None,
+        hot: true,
+    },
+    prefill64_kernel(
+        "gdn_prefill64_cp_pass3_f32",
+        Prefill64CpPass3,
+        F32,
+        SegmentSlots,
+        prefill64::WALK_SMEM,
+        prefill64::WALK_SMEM_EXPR,
+    ),
+    prefill64_kernel(
+        "gdn_prefill64_cp_pass3_bf16",
+        Prefill64CpPass3,
+        BF16,
+        SegmentSlots,
+        prefill64::WALK_SMEM,
+        prefill64::WALK_SMEM_EXPR,
+    ),
 ];
 
 /// The distinct compilation units, in table order.
@@ -559,8 +660,10 @@ mod tests {
                 "{expr} not checked:\n{text}"
             );
         }
-        // prep + two walks (dynamic smem each) + params size + the workspace constant
-        assert_eq!(text.matches("gdn_registry_check<").count(), 3 + 2);
+        // prep + two walks + two pass-1 + scan + two pass-3 (dynamic smem each) + params size + the
+        // workspace constant
+        assert_eq!(text.matches("gdn_registry_check<").count(), 8 + 2);
+        assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 73728>"));
         assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
         assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
     }
@@ -580,5 +683,50 @@ mod tests {
         );
         assert!(prefill64_workspace_bytes(t, 4096, 64) > u32::MAX as u64);
         assert_eq!(prefill64_workspace_bytes(u64::MAX, 1, 8), u64::MAX);
+    }
+
+    #[test]
+    fn cp_segment_slots_cover_every_split() {
+        // g(i) = f(i) / L + i with f(i) = cu[i] / 64 + i must leave nseg_i = max(1, ceil(nch_i / L)) slots per
+        // sequence below prefill64_seg_slots: checked over every split of small T into N sequences.
+        for t in [0u64, 1, 63, 64, 65, 130, 300, 700] {
+            for n in 1u64..=4 {
+                for l in [1u64, 2, 3, 7] {
+                    let mut splits = vec![vec![0u64]];
+                    for _ in 1..n {
+                        splits = splits
+                            .into_iter()
+                            .flat_map(|s| {
+                                let last = *s.last().unwrap();
+                                (last..=t).step_by(((t / 6).max(1)) as usize).map(move |x| {
+                                    let mut s2 = s.clone();
+                                    s2.push(x);
+                                    s2
+                                })
+                            })
+                            .collect();
+                    }
+                    for mut cu in splits {
+                        cu.push(t);
+                        let g = |i: usize| (cu[i] / 64 + i as u64) / l + i as u64;
+                        for i in 0..n as usize {
+                            let nch = (cu[i + 1] - cu[i]).div_ceil(64);
+                            let nseg = nch.div_ceil(l).max(1);
+                            let next = if i + 1 < n as usize {
+                                g(i + 1)
+                            } else {
+                                u64::MAX
+                            };
+                            assert!(g(i) + nseg <= next, "overlap {cu:?} L={l} i={i}");
+                            assert!(g(i) + nseg <= prefill64_seg_slots(t, n, l), "{cu:?} L={l}");
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            prefill64_cp_workspace_bytes(65_536, 1, 8, 128),
+            prefill64_workspace_bytes(65_536, 1, 8) + (1026 / 128 + 2) * 8 * 3 * 65_536
+        );
     }
 }

@@ -314,10 +314,12 @@ fn plan64(s: &Shape) -> Result<PrefillPlan, Rejection> {
 #[test]
 fn automatic_prefill_is_fused_for_even_value_heads() {
     use StateDtype::{BF16, F32};
-    // chunk64 measured slower everywhere (results/prefill64.md): even HV is always fused, long or short
+    // chunk64 measured slower everywhere (results/prefill64.md): even HV is fused unless few long
+    // sequences make it context parallel (next test)
     for s in [
         pre(1, 128, 8, F32),
-        pre(1, 65_536, 8, F32),
+        pre(1, 1024, 8, F32),    // 16 chunks: too short for cp
+        pre(1, 65_536, 32, F32), // 64 walk chains: too many for cp
         pre(4, 4 * 2048, 8, BF16),
         pre(30, 8120, 8, F32),
         pre(64, 64 * 1024, 8, BF16),
@@ -448,10 +450,106 @@ fn empty_prefill_launches_nothing_and_needs_no_workspace() {
 }
 
 #[test]
+fn context_parallel_for_few_long_sequences() {
+    use StateDtype::{BF16, F32};
+    // (N, T, HV) -> (segments, chunks per segment): G = largest with chains·(G−1) <= 132 and
+    // chains·(2G−3) <= 264, segments >= CP_MIN_SEG_CHUNKS chunks
+    for (n, t, hv, g, l) in [
+        (1usize, 65_536usize, 8usize, 9u64, 114u64), // 16 chains: G = 9 (pass 3 128 CTAs, pass 1 240)
+        (1, 8192, 8, 9, 15),
+        (1, 2048, 8, 4, 8),       // 32 chunks: 4 segments of 8
+        (2, 16_384, 8, 5, 26),    // 32 chains: G = 5 (pass 3 128, pass 1 224)
+        (1, 65_536, 3, 23, 45),   // odd HV: 6 chains (pass 3 132 CTAs, pass 1 258)
+        (1, 1 << 19, 2, 34, 241), // 4 chains (pass 3 132, pass 1 260)
+    ] {
+        let s = pre(n, t, hv, F32);
+        let p = plan(&s);
+        let PrefillPlan::ContextParallel {
+            prep,
+            pass1,
+            scan,
+            pass3,
+            segments,
+            seg_chunks,
+            workspace_bytes,
+        } = &p
+        else {
+            panic!("expected cp for {s:?}: {}", p.why());
+        };
+        assert_eq!((*segments, *seg_chunks), (g, l), "{s:?}");
+        let slots = registry::prefill64_seg_slots(t as u64, n as u64, l) as u32;
+        assert_eq!(prep.grid, ((t / 64 + n + 1) as u32, hv as u32, 1));
+        assert_eq!(pass1.grid, (slots, hv as u32, 4));
+        assert_eq!(pass3.grid, (slots, hv as u32, 2));
+        assert_eq!(scan.grid, ((n * hv * 8) as u32, 1, 1));
+        assert_eq!((scan.block, scan.dyn_smem), (256, prefill64::CP_SCAN_SMEM));
+        assert_eq!((pass1.block, pass1.dyn_smem), (128, prefill64::WALK_SMEM));
+        assert_eq!(
+            *workspace_bytes,
+            registry::prefill64_cp_workspace_bytes(t as u64, n as u64, hv as u64, l)
+        );
+        // pass 3 (segments 1..G-1 of every chain) fits one wave; pass 1 two
+        let chains = (n * hv * 2) as u64;
+        assert!(chains * (g - 1) <= 132 && chains * (2 * g - 3) <= 264);
+    }
+    let p = plan(&pre(1, 65_536, 8, BF16));
+    assert_eq!(
+        p.label(),
+        "cp gdn_prefill64_prep+gdn_prefill64_cp_pass1_bf16+gdn_prefill64_cp_scan+gdn_prefill64_cp_pass3_bf16"
+    );
+    assert!(p.why().starts_with("cp: 16 walk chains"), "{}", p.why());
+    // the rule reads only T and N: a skewed split of the same totals gets the same plan
+    assert_eq!(
+        plan(&pre(2, 16_384, 8, F32)).kind(),
+        PlanKind::ContextParallel
+    );
+    // forced on short, many sequences: at least 3 segments (every pass has work), L >= 1
+    let forced = choose_prefill(
+        &pre(57, 57 * 150, 8, F32),
+        &H100,
+        Some("gdn_prefill64_cp_scan"),
+    )
+    .unwrap();
+    let PrefillPlan::ContextParallel {
+        segments,
+        seg_chunks,
+        ..
+    } = forced
+    else {
+        panic!("expected cp");
+    };
+    assert_eq!((segments, seg_chunks), (3, 1));
+    assert!(matches!(
+        choose_prefill(
+            &pre(1, 65_536, 8, F32),
+            &H100,
+            Some("gdn_prefill64_cp_pass1_bf16")
+        ),
+        Err(Rejection::Override { .. })
+    ));
+    // no sequences: nothing to launch, no workspace
+    let p = choose_prefill(
+        &pre(0, 0, 8, F32),
+        &H100,
+        Some("gdn_prefill64_cp_pass3_f32"),
+    )
+    .unwrap();
+    assert!(p.is_empty());
+    assert_eq!(p.workspace_bytes(), 0);
+    // past the workspace cap the rule falls back to the fused plan; forced, it is refused
+    let huge = pre(1, 1 << 30, 8, F32);
+    assert_eq!(kind(&huge), PlanKind::Fused);
+    assert!(matches!(
+        choose_prefill(&huge, &H100, Some("gdn_prefill64_cp_pass3_f32")),
+        Err(Rejection::Workspace { .. })
+    ));
+}
+
+#[test]
 fn override_forces_either_prefill_plan() {
     use StateDtype::{BF16, F32};
     let short = pre(8, 800, 8, F32); // fused by the rule
-    let long = pre(1, 65_536, 8, F32); // fused by the rule too
+    let long = pre(4, 4 * 8192, 8, F32); // fused by the rule too (64 walk chains: no cp)
     assert_eq!(kind(&short), PlanKind::Fused);
     assert_eq!(kind(&long), PlanKind::Fused);
     let forced = |s: &Shape, name| choose_prefill(s, &H100, Some(name));
@@ -508,7 +606,11 @@ fn override_forces_either_prefill_plan() {
         prefill_override_for(PlanKind::Fused, &long, &H100).unwrap(),
         choose(&long, &H100, None).unwrap().variant.name
     );
-    for k in [PlanKind::Fused, PlanKind::Chunk64] {
+    for k in [
+        PlanKind::Fused,
+        PlanKind::Chunk64,
+        PlanKind::ContextParallel,
+    ] {
         let name = prefill_override_for(k, &long, &H100).unwrap();
         assert_eq!(forced(&long, name).unwrap().kind(), k);
         let name = prefill_override_for(k, &short, &H100).unwrap();

@@ -186,7 +186,7 @@ fn params_offsets_match_the_cuda_comments() {
         offset_of!(P64, scale),
         offset_of!(P64, num_q_heads),
         offset_of!(P64, num_v_heads),
-        offset_of!(P64, pad0),
+        offset_of!(P64, seg_chunks),
     ];
     assert_eq!(
         commented_offsets(s.get("prefill64.cu").unwrap(), "Prefill64Params"),

@@ -24,8 +24,23 @@ RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "err
 log = ph.log
 C = 64
 WS_CHUNK = 49920
-PREP_SMEM, WALK_SMEM = 70144, 192528
+PREP_SMEM, WALK_SMEM, SCAN_SMEM = 70144, 192528, 73728
 WALK_CTAS_PER_HEAD = 2
+
+
+def cp_seg_slots(T, N, L):
+    return (T // C + N + 1) // L + N + 1
+
+
+def cp_segments_for(N, T, HV, sms=132):
+    """Segments per sequence that fill the GPU in pass 1 (one CTA per SM): N·HV·2·(2G − 3) <= SMs, G >= 3."""
+    return max(3, (sms // (N * HV * 2) + 3) // 2)
+
+
+def cp_L_for(N, T, HV, G=None):
+    G = G or cp_segments_for(N, T, HV)
+    chunks = -(-(T // max(N, 1)) // C)
+    return max(1, -(-chunks // G))
 
 
 def save():
@@ -61,7 +76,8 @@ class Module64:
         A = cu.CUfunction_attribute
         self.fns, regs = {}, {}
         names = [("gdn_prefill64_prep", PREP_SMEM), ("gdn_prefill64_walk_f32", WALK_SMEM),
-                 ("gdn_prefill64_walk_bf16", WALK_SMEM)]
+                 ("gdn_prefill64_walk_bf16", WALK_SMEM), ("gdn_prefill64_cp_scan", SCAN_SMEM)] + \
+            [(f"gdn_prefill64_cp_pass{i}_{st}", WALK_SMEM) for i in (1, 3) for st in ("f32", "bf16")]
         if selftest:
             names.append(("gdn_wgmma_selftest", 64 * 1024))
         for name, sm in names:
@@ -74,11 +90,15 @@ class Module64:
         log(f"compiled prefill64 in {time.time() - t:.2f}s regs/local {regs}")
         self.ws = None
 
-    def launch(self, st, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state, ws_poison=False):
+    def launch(self, st, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state, ws_poison=False,
+               cp_L=0):
+        """cp_L = 0: prep + plain walk; cp_L = L >= 1: prep + context-parallel pass 1, scan, pass 3."""
         N = cu_seqlens.numel() - 1
         T, H, HV = q.shape[0], q.shape[1], v.shape[1]
         slots = T // C + N + 1
         need = slots * HV * WS_CHUNK
+        G = cp_seg_slots(T, N, cp_L) if cp_L else 0
+        need += 3 * G * HV * 65536
         if self.ws is None or self.ws.numel() < need:
             self.ws = torch.empty(need, dtype=torch.uint8, device=dev)
         if ws_poison:
@@ -86,7 +106,7 @@ class Module64:
         ptr = lambda x: 0 if x is None else x.data_ptr()
         raw = struct.pack("<12Qqq f i i i", ptr(q), ptr(k), ptr(v), ptr(a), ptr(b), ptr(A_log), ptr(dt_bias),
                           ptr(cu_seqlens), ptr(state), ptr(new_state), ptr(out), self.ws.data_ptr(), N, T,
-                          float(scale), H, HV, 0)
+                          float(scale), H, HV, cp_L)
         assert len(raw) == 128
         bufp = ctypes.create_string_buffer(raw, len(raw))
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(bufp))
@@ -97,20 +117,28 @@ class Module64:
                                  ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"prep launch: {err}")
+        if cp_L:
+            for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1_{st}", (G, HV, 4), 128, WALK_SMEM),
+                                          ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, SCAN_SMEM),
+                                          (f"gdn_prefill64_cp_pass3_{st}", (G, HV, 2), 128, WALK_SMEM)):
+                err, = cu.cuLaunchKernel(self.fns[name], *grid, block, 1, 1, sm, stream, ctypes.addressof(argv), 0)
+                if err != cu.CUresult.CUDA_SUCCESS:
+                    raise RuntimeError(f"{name} launch: {err}")
+            return
         err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * WALK_CTAS_PER_HEAD, 1, 1, 128, 1, 1,
                                  WALK_SMEM, stream, ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"walk launch: {err}")
 
 
-def run64(mod, st, inp, poison_ws=True):
+def run64(mod, st, inp, poison_ws=True, cp_L=0):
     q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
     T, HV, N = q.shape[0], v.shape[1], cu_.numel() - 1
     sd = torch.bfloat16 if st == "bf16" else torch.float32
     out = torch.full((T, HV, 128), float("nan"), dtype=torch.bfloat16, device=dev)
     ns = torch.full((N, HV, 128, 128), float("nan"), dtype=sd, device=dev)
     stt = state.to(sd) if state is not None else None
-    mod.launch(st, q, k, v, stt, A_log, a, dt_bias, b, cu_, scale, out, ns, ws_poison=poison_ws)
+    mod.launch(st, q, k, v, stt, A_log, a, dt_bias, b, cu_, scale, out, ns, ws_poison=poison_ws, cp_L=cp_L)
     torch.cuda.synchronize()
     return out, ns
 
@@ -134,20 +162,22 @@ def check(mod):
         try:
             inp = ph.make_inputs(lens, H, HV, seed=hash(name) % 1000, state=stp, gates=gates)
             ro, rs = ph.reference(*inp)
-            for st in ("f32", "bf16"):
+            runs = [(st, 0) for st in ("f32", "bf16")] + [("f32", 1), ("f32", 2), ("bf16", 3)]
+            for st, L in runs:
                 if st == "bf16" and not name.startswith(("edge 4/8 state", "mixed57", "long")):
                     continue
-                o, ns = run64(mod, st, inp)
+                o, ns = run64(mod, st, inp, cp_L=L)
                 if st == "bf16" and inp[3] is not None:
                     inp2 = list(inp)
                     inp2[3] = inp2[3].bfloat16().float()
                     ro2, rs2 = ph.reference(*inp2)
                 else:
                     ro2, rs2 = ro, rs
-                row = {"case": name, "variant": st, "out": ph.compare(o, ro2), "state": ph.compare(ns, rs2)}
+                vname = st + (f" cp L={L}" if L else "")
+                row = {"case": name, "variant": vname, "out": ph.compare(o, ro2), "state": ph.compare(ns, rs2)}
                 RES["checks"].append(row)
                 ok = row["out"]["n_fail_tol"] == 0 and row["state"]["n_fail_tol"] == 0
-                log(f"check64 {st:<4} {name:<24} out {row['out']['rel_l2']:.2e} state {row['state']['rel_l2']:.2e} "
+                log(f"check64 {vname:<13} {name:<24} out {row['out']['rel_l2']:.2e} state {row['state']['rel_l2']:.2e} "
                     f"fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']} nan {row['out']['n_nan']}/"
                     f"{row['state']['n_nan']} {'OK' if ok else 'FAIL'}")
         except Exception:
@@ -166,6 +196,18 @@ def check(mod):
         o2, n2 = run64(mod, "f32", inp, poison_ws=False)
         RES["checks"].append({"case": "determinism", "equal": bool(torch.equal(o, o2) and torch.equal(ns, n2))})
         log("determinism", RES["checks"][-1])
+        for L in (16, 51):  # context parallel: 16 and 6 segments of the 256 chunks, compared at intervals
+            o3, n3 = run64(mod, "f32", inp, cp_L=L)
+            row = {"case": "long16k slow", "variant": f"f32 cp L={L}", "out": ph.compare(o3, ro),
+                   "out_last1k": ph.compare(o3[-1024:], ro[-1024:]), "state": ph.compare(n3, rs),
+                   "out_by_4k": [ph.compare(o3[i:i + 4096], ro[i:i + 4096])["rel_l2"] for i in range(0, 16384, 4096)]}
+            RES["checks"].append(row)
+            log(f"check64 long16k cp L={L} out {row['out']['rel_l2']:.2e} last1k {row['out_last1k']['rel_l2']:.2e} "
+                f"state {row['state']['rel_l2']:.2e} by 4k {['%.2e' % x for x in row['out_by_4k']]} "
+                f"fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']}")
+            o4, n4 = run64(mod, "f32", inp, poison_ws=False, cp_L=L)
+            RES["checks"].append({"case": f"determinism cp L={L}", "equal": bool(torch.equal(o3, o4) and torch.equal(n3, n4))})
+            log("determinism", RES["checks"][-1])
     except Exception:
         RES["errors"].append("long: " + traceback.format_exc()[-2000:])
         log("ERROR", RES["errors"][-1])
@@ -189,6 +231,10 @@ def times(fn, iters):
     prep = [dur(e) for e in ev if "prep" in e.name]
     walk = [dur(e) for e in ev if "walk" in e.name]
     other = [dur(e) for e in ev if "prep" not in e.name and "walk" not in e.name]
+    if not walk and prep:  # context parallel: the walk is pass 1 + scan + pass 3 of each call
+        n = len(prep)
+        walk = [sum(dur(e) for e in ev[i * 4 + 1:i * 4 + 4]) for i in range(n)] if len(ev) == 4 * n else []
+        other = []
     return prep, walk, other
 
 
@@ -218,6 +264,21 @@ def timing(mod, v5):
                 row[walk] = {"median_us": statistics.median(tot), "p10_us": tot[len(tot) // 10],
                              "p90_us": tot[(9 * len(tot)) // 10], "prep_median_us": statistics.median(prep),
                              "walk_median_us": statistics.median(wk)}
+            if N * 8 * 2 <= 132 // 2:  # few chains: context parallel at the policy's segment count and around it
+                G0 = cp_segments_for(N, T, 8)
+                for G in sorted({3, G0 - 1, G0, G0 + 1, G0 + 3, 2 * G0}):
+                    if G < 3:
+                        continue
+                    L = cp_L_for(N, T, 8, G)
+                    prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out,
+                                                           ns, cp_L=L), iters)
+                    tot = sorted(p_ + w_ for p_, w_ in zip(prep, wk))
+                    row[f"cp_G{G}"] = {"L": L, "median_us": statistics.median(tot), "p10_us": tot[len(tot) // 10],
+                                       "p90_us": tot[(9 * len(tot)) // 10], "prep_median_us": statistics.median(prep),
+                                       "walk_median_us": statistics.median(wk), "policy": G == G0}
+                    log(f"time {cname:<8} cp G={G:<2} L={L:<4} total {row[f'cp_G{G}']['median_us']:.1f} "
+                        f"(prep {statistics.median(prep):.1f} + passes {statistics.median(wk):.1f})"
+                        + ("  <- policy" if G == G0 else ""))
             chains = N * 8
             bv = next((x for x in (128, 64, 32) if chains * 128 // x >= 0.9 * 132), 16)
             _, _, v5t = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), iters)
