@@ -714,7 +714,8 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 //                             with V = 0 → M[s] (the rows of the identity walk as value rows, so M is a walk state)
 //           s = nseg − 1:     nothing (its end state is never needed)
 //   scan    gdn_prefill64_cp_scan     grid N·HV·8, block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
-//           (fp32, 16 value rows per CTA, M staged in shared memory)
+//           (fp32, 16 value rows per CTA; M double-buffered in shared memory by cp.async, the next step's M
+//           loading while this step computes)
 //   pass 3  gdn_prefill64_cp_pass3_*  grid (seg slots, HV, 2): segments s ≥ 1 walk for real from S[s] (outputs;
 //           the last one writes new_state)
 // Work: ~2 walks per segment instead of one, spread over nseg times as many CTAs; the summary walks skip Q, Y, O and
@@ -723,8 +724,8 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 // Workspace after the chunk records: three f32 arrays [seg slots][HV][128 v][128 k] — S (segment start states), M,
 // B. Numerics: the summary walks round their states to bf16 in products exactly like the real walk; the scan is fp32.
 constexpr int SCAN_ROWS = 16;                                     // value rows per scan CTA
-constexpr int SCAN_SMEM = (D * D + SCAN_ROWS * D) * 4;            // M f32 [128][128] + rows f32 [16][128]: 73728
-static_assert(SCAN_SMEM == 73728, "cp scan smem (mirrored by the Rust runtime)");
+constexpr int SCAN_SMEM = (2 * D * D + SCAN_ROWS * D) * 4;        // 2 x M f32 [128][128] + rows f32 [16][128]
+static_assert(SCAN_SMEM == 139264, "cp scan smem (mirrored by the Rust runtime)");
 
 __device__ __forceinline__ i64 seg_first(const i64* cu, i64 i, int L) { return seq_slot(cu, i) / L + i; }
 __device__ __forceinline__ i64 cp_seg_slots(const Prefill64Params& p) {
@@ -817,11 +818,18 @@ __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
 }
 
 // One CTA per (sequence, value head, 16 value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1] rows.
-// Thread (row tid / 16, columns 8 (tid % 16) .. +8); M is staged in shared memory per step.
+// Thread (row tid / 16, columns 8 (tid % 16) .. +8). M of step s sits in buffer s & 1; step s issues the copy of
+// step s+1's M before waiting for its own, so each step's 64 KB load overlaps the previous step's arithmetic.
+__device__ __forceinline__ void cp_scan_stage(const Prefill64Params& p, float* buf, i64 slot, int h, int tid) {
+    const float* M = cp_ws(p, 1, slot, h);
+    const u32 base = smem_addr(buf);
+#pragma unroll 4
+    for (int e = tid; e < D * D / 4; e += 256) cp_async16(base + 16u * e, M + 4 * e, true);
+}
 __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     extern __shared__ __align__(16) unsigned char smem[];
-    float* Ms = reinterpret_cast<float*>(smem);
-    float* Xs = Ms + D * D;
+    float* Mbuf = reinterpret_cast<float*>(smem);
+    float* Xs = Mbuf + 2 * D * D;
     const int HV = p.num_v_heads, L = p.seg_chunks;
     const int rb = blockIdx.x % (D / SCAN_ROWS);
     const int h = (blockIdx.x / (D / SCAN_ROWS)) % HV;
@@ -840,18 +848,21 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
         *reinterpret_cast<float4*>(Xs + r * D + c0) = *reinterpret_cast<const float4*>(X0 + roff);
         *reinterpret_cast<float4*>(Xs + r * D + c0 + 4) = *reinterpret_cast<const float4*>(X0 + roff + 4);
     }
+    cp_scan_stage(p, Mbuf, first + 1, h, tid);  // M of step 2 → buffer 0
+    cp_async_commit();
     for (int s = 2; s < nseg; ++s) {
-        const float* M = cp_ws(p, 1, first + s - 1, h);
+        const float* Ms = Mbuf + (s & 1) * D * D;
+        if (s + 1 < nseg) cp_scan_stage(p, Mbuf + ((s + 1) & 1) * D * D, first + s, h, tid);
+        cp_async_commit();
         const float* B = cp_ws(p, 2, first + s - 1, h);
-        for (int e = tid; e < D * D / 4; e += 256)
-            reinterpret_cast<float4*>(Ms)[e] = reinterpret_cast<const float4*>(M)[e];
         float acc[8];
         {
             const float4 b0 = *reinterpret_cast<const float4*>(B + roff), b1 = *reinterpret_cast<const float4*>(B + roff + 4);
             acc[0] = b0.x; acc[1] = b0.y; acc[2] = b0.z; acc[3] = b0.w;
             acc[4] = b1.x; acc[5] = b1.y; acc[6] = b1.z; acc[7] = b1.w;
         }
-        __syncthreads();  // M staged; X of the previous step written
+        cp_async_wait<1>();  // this thread's copies of this step's M have landed (the next step's may be in flight)
+        __syncthreads();     // ... everyone's; X of the previous step written
 #pragma unroll 8
         for (int k = 0; k < D; ++k) {
             const float x = Xs[r * D + k];
@@ -862,7 +873,7 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
             acc[4] = fmaf(x, m1.x, acc[4]); acc[5] = fmaf(x, m1.y, acc[5]);
             acc[6] = fmaf(x, m1.z, acc[6]); acc[7] = fmaf(x, m1.w, acc[7]);
         }
-        __syncthreads();  // everyone is done reading X and M
+        __syncthreads();  // everyone is done reading X and this M (its buffer is refilled two steps on)
         float* Xn = cp_ws(p, 0, first + s, h);
         *reinterpret_cast<float4*>(Xs + r * D + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         *reinterpret_cast<float4*>(Xs + r * D + c0 + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -921,7 +932,7 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 // Context-parallel plan (p.seg_chunks = L >= 1; seg slots G = (T/64 + N + 1)/L + N + 1), in this order:
 //   gdn_prefill64_prep                grid (T/64 + N + 1, HV, 1), block 128, smem PREP_SMEM
 //   gdn_prefill64_cp_pass1_{f32,bf16} grid (G, HV, 4), block 128, smem WALK_SMEM
-//   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (73728)
+//   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (139264)
 //   gdn_prefill64_cp_pass3_{f32,bf16} grid (G, HV, 2), block 128, smem WALK_SMEM
 // workspace: the records above + 3 · G · HV · 65536 bytes.
 // Both smem sizes exceed 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.

@@ -80,7 +80,7 @@ fn state_dtype(d: DType) -> StateDtype {
     }
 }
 
-/// Device workspace (bytes) the call needs on device `dev` (0 for everything but the chunk64 prefill plan).
+/// Device workspace (bytes) the call needs on device `dev` (0 for everything but the chunk64 and cp prefill plans).
 pub fn workspace_bytes(c: &Checked, dev: i32) -> Result<u64, ArgError> {
     let p = &c.problem;
     let op = p.def.op;

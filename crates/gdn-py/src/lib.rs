@@ -3,7 +3,7 @@
 //! A call is two steps, so that Python can allocate missing outputs between them:
 //!   `plan(op, inputs, scale, serving)` validates every input (no data is read) and returns a [`Plan`]
 //!   that knows the output shapes and the device workspace the call needs (`workspace_bytes`: non-zero only
-//!   for the chunk64 prefill plan); `Plan.run(output, state_out, stream, workspace)` validates the
+//!   for the chunk64 and cp prefill plans); `Plan.run(output, state_out, stream, workspace)` validates the
 //!   destinations and runs on the host (CPU backend) or launches on the CUDA stream given (no allocation,
 //!   no sync).
 
@@ -64,7 +64,7 @@ impl Plan {
     }
 
     /// Bytes of device workspace `run` needs (a CUDA uint8 tensor of the inputs' device): 0 on the host and
-    /// for every plan but chunk64 prefill. Opens the device on first use.
+    /// for every plan but the chunk64 and cp prefill plans. Opens the device on first use.
     #[getter]
     fn workspace_bytes(&self, py: Python<'_>) -> PyResult<u64> {
         match self.c.device {

@@ -4,7 +4,7 @@ device machine by scripts/device_python.sh).
 Compares gdn's CUDA kernels, called on torch CUDA tensors, with a reference equivalent to the definitions'
 PyTorch `run` code (embedded here: the definitions are not on the device machine), and checks CUDA-graph
 capture and replay, a non-default stream, in-place state, odd batch sizes, MTP, zero-length prefill
-sequences and both prefill plans (fused, chunk64 with its torch-allocated workspace).
+sequences and the three prefill plans (fused; chunk64 and cp with their torch-allocated workspaces).
 """
 import math
 
@@ -311,6 +311,41 @@ def test_prefill_chunk64_graph_capture():
     ro, rs = ref_prefill(*y, None)
     close(out, ro, "output (chunk64, graph replay)", OUT_L2)
     close(new_state, rs, "new_state (chunk64, graph replay)", PREFILL_STATE_L2)
+
+
+# The context-parallel plan (prep, pass 1, scan, pass 3; workspace from torch) is what the policy runs for few
+# long sequences: here 2 sequences x 2 value heads = 8 walk chains, ~63 chunks per sequence on average, so 7
+# segments of 9 chunks (policy.rs cp_segments): 6 and 9 segments of these two sequences.
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_prefill_context_parallel(state_dtype):
+    x = prefill_inputs([3000, 5000], 1, 2, seed=16, state_dtype=state_dtype)
+    o, ns = gdn.prefill(*x)
+    ro, rs = ref_prefill(*x, None)
+    close(o, ro, "output (cp)", OUT_L2)
+    close(ns.float(), rs, "new_state (cp)", PREFILL_STATE_L2 if state_dtype == torch.float32 else BF16_L2)
+
+
+def test_prefill_context_parallel_graph_capture():
+    x = prefill_inputs([4100, 2500], 1, 2, seed=17)  # the cp plan (see above)
+    out = torch.empty_like(x[2])
+    new_state = torch.empty_like(x[3])
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up off the capture
+        gdn.prefill(*x, output=out, new_state=new_state)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # four launches, workspace from the graph's private pool, no host sync
+        gdn.prefill(*x, output=out, new_state=new_state)
+    y = prefill_inputs([4100, 2500], 1, 2, seed=18)
+    for dst, src in zip(x, y):
+        dst.copy_(src)
+    graph.replay()
+    torch.cuda.synchronize()
+    ro, rs = ref_prefill(*y, None)
+    close(out, ro, "output (cp, graph replay)", OUT_L2)
+    close(new_state, rs, "new_state (cp, graph replay)", PREFILL_STATE_L2)
 
 
 # ------------------------------------------------------------------ MTP

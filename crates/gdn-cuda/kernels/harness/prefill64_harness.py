@@ -24,7 +24,7 @@ RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "err
 log = ph.log
 C = 64
 WS_CHUNK = 49920
-PREP_SMEM, WALK_SMEM, SCAN_SMEM = 70144, 192528, 73728
+PREP_SMEM, WALK_SMEM, SCAN_SMEM = 70144, 192528, 139264
 WALK_CTAS_PER_HEAD = 2
 
 
@@ -32,9 +32,14 @@ def cp_seg_slots(T, N, L):
     return (T // C + N + 1) // L + N + 1
 
 
-def cp_segments_for(N, T, HV, sms=132):
-    """Segments per sequence that fill the GPU in pass 1 (one CTA per SM): N·HV·2·(2G − 3) <= SMs, G >= 3."""
-    return max(3, (sms // (N * HV * 2) + 3) // 2)
+def cp_segments_for(N, T, HV, sms=132, automatic=True):
+    """policy.rs cp_segments: the largest G (3..64) with pass 3 (chains·(G−1) CTAs) in one wave, pass 1
+    (chains·(2G−3)) in two, and (automatic) segments of >= 8 chunks."""
+    chains, nch = N * HV * 2, max(1, -(-(T // max(N, 1)) // C))
+    g = 3
+    while g < 64 and chains * g <= sms and chains * (2 * g - 1) <= 2 * sms and (not automatic or nch // (g + 1) >= 8):
+        g += 1
+    return g
 
 
 def cp_L_for(N, T, HV, G=None):
@@ -234,7 +239,7 @@ def times(fn, iters):
     if not walk and prep:  # context parallel: the walk is pass 1 + scan + pass 3 of each call
         n = len(prep)
         walk = [sum(dur(e) for e in ev[i * 4 + 1:i * 4 + 4]) for i in range(n)] if len(ev) == 4 * n else []
-        other = []
+        other = {k: [dur(e) for e in ev if k in e.name] for k in ("pass1", "scan", "pass3")}
     return prep, walk, other
 
 
@@ -242,7 +247,10 @@ def timing(mod, v5):
     rnd = random.Random(5)
     mix = [rnd.randint(8, 600) for _ in range(30)]
     configs = [("1x128", [128]), ("1x1024", [1024]), ("1x8192", [8192]), ("4x2048", [2048] * 4),
-               ("32x256", [256] * 32), ("mix30", mix), ("1x65536", [65536]), ("64x1024", [1024] * 64)]
+               ("32x256", [256] * 32), ("mix30", mix), ("1x65536", [65536]), ("64x1024", [1024] * 64),
+               # around the context-parallel thresholds (not ANCHORS configurations)
+               ("1x2048", [2048]), ("1x4096", [4096]), ("1x16384", [16384]), ("2x16384", [16384] * 2),
+               ("2x4096", [4096, 4096])]
     only = os.environ.get("CONFIGS")
     if only:
         configs = [c for c in configs if c[0] in only.split(",")]
@@ -255,8 +263,8 @@ def timing(mod, v5):
             out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
             ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
             iters = 15 if T > 30000 else 25
-            row = {"config": cname, "T": T, "N": N, "n": iters, "target_us": ph.TARGET[cname],
-                   "flashinfer_us": ph.PEERS[cname]}
+            row = {"config": cname, "T": T, "N": N, "n": iters, "target_us": ph.TARGET.get(cname, '-'),
+                   "flashinfer_us": ph.PEERS.get(cname, '-')}
             for walk in ("wg",):
                 prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns),
                                     iters)
@@ -266,18 +274,21 @@ def timing(mod, v5):
                              "walk_median_us": statistics.median(wk)}
             if N * 8 * 2 <= 132 // 2:  # few chains: context parallel at the policy's segment count and around it
                 G0 = cp_segments_for(N, T, 8)
-                for G in sorted({3, G0 - 1, G0, G0 + 1, G0 + 3, 2 * G0}):
+                for G in sorted({3, G0 - 2, G0 - 1, G0, G0 + 1, G0 + 2}):
                     if G < 3:
                         continue
                     L = cp_L_for(N, T, 8, G)
-                    prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out,
-                                                           ns, cp_L=L), iters)
+                    prep, wk, parts = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale,
+                                                               out, ns, cp_L=L), iters)
                     tot = sorted(p_ + w_ for p_, w_ in zip(prep, wk))
+                    med = {k_: statistics.median(v_) for k_, v_ in parts.items()}
                     row[f"cp_G{G}"] = {"L": L, "median_us": statistics.median(tot), "p10_us": tot[len(tot) // 10],
                                        "p90_us": tot[(9 * len(tot)) // 10], "prep_median_us": statistics.median(prep),
-                                       "walk_median_us": statistics.median(wk), "policy": G == G0}
+                                       "walk_median_us": statistics.median(wk), "policy": G == G0,
+                                       **{f"{k_}_median_us": v_ for k_, v_ in med.items()}}
                     log(f"time {cname:<8} cp G={G:<2} L={L:<4} total {row[f'cp_G{G}']['median_us']:.1f} "
-                        f"(prep {statistics.median(prep):.1f} + passes {statistics.median(wk):.1f})"
+                        f"(prep {statistics.median(prep):.1f} + pass1 {med['pass1']:.1f} + scan {med['scan']:.1f} + "
+                        f"pass3 {med['pass3']:.1f}; p10 {tot[len(tot) // 10]:.1f} p90 {tot[(9 * len(tot)) // 10]:.1f})"
                         + ("  <- policy" if G == G0 else ""))
             chains = N * 8
             bv = next((x for x in (128, 64, 32) if chains * 128 // x >= 0.9 * 132), 16)
@@ -290,7 +301,7 @@ def timing(mod, v5):
             log(f"time {cname:<8} " + "  ".join(
                 f"{w_} {row[w_]['median_us']:.1f} (prep {row[w_]['prep_median_us']:.1f} + walk "
                 f"{row[w_]['walk_median_us']:.1f}; p10 {row[w_]['p10_us']:.1f} p90 {row[w_]['p90_us']:.1f})" for w_ in ("wg",))
-                + f"  v5 {bv} {row['v5_median_us']:.1f}  target {ph.TARGET[cname]}  FI {ph.PEERS[cname]}")
+                + f"  v5 {bv} {row['v5_median_us']:.1f}  target {ph.TARGET.get(cname, '-')}  FI {ph.PEERS.get(cname, '-')}")
         except Exception:
             RES["errors"].append(f"time {cname}: " + traceback.format_exc()[-2000:])
             log("ERROR", RES["errors"][-1])
@@ -301,7 +312,9 @@ def timing(mod, v5):
     for r in table:
         print(f"{r['config']:<9} " + " ".join(f"{r[w_]['median_us']:11.1f} {r[w_]['prep_median_us']:10.1f} "
                                              f"{r[w_]['walk_median_us']:10.1f}" for w_ in ("wg",))
-              + f" {r['v5_median_us']:8.1f} {r['target_us']:7} {r['flashinfer_us']:7}")
+              + f" {r['v5_median_us']:8.1f} {r['target_us']!s:>7} {r['flashinfer_us']!s:>7}"
+              + "".join(f"  cp G={k[4:]} {x['median_us']:.1f}" + ("*" if x["policy"] else "")
+                        for k, x in r.items() if k.startswith("cp_G")))
 
 
 def ablate():
