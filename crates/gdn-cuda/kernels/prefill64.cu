@@ -90,15 +90,17 @@ __device__ __forceinline__ int rec_pair(int tile, int r, int c) {
     return tile * WG_TILE + r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + ((c & 7) << 1);
 }
 
-// ---- prep shared memory
+// ---- prep shared memory. A and T replace Q and K once K Kᵀ and Q Kᵀ are formed (a barrier separates them):
+// 35 KB per CTA, so 5 CTAs per SM (registers limit it there) instead of 3 with separate tiles (70 KB).
 constexpr int PK_OFF = 0;                          // K bf16 [64][136]
 constexpr int PQ_OFF = PK_OFF + C * LDK * 2;       // Q bf16 [64][136]
-constexpr int PA_OFF = PQ_OFF + C * LDK * 2;       // A f32 [64][68] (upper blocks reused as scratch M)
-constexpr int PT_OFF = PA_OFF + C * LDF * 4;       // T f32 [64][68]
-constexpr int PG_OFF = PT_OFF + C * LDF * 4;       // γ f32 [64]
+constexpr int PA_OFF = PQ_OFF;                     // A f32 [64][68] over Q (upper blocks reused as scratch M)
+constexpr int PT_OFF = PK_OFF;                     // T f32 [64][68] over K
+constexpr int PG_OFF = PQ_OFF + C * LDK * 2;       // γ f32 [64]
 constexpr int PB_OFF = PG_OFF + 4 * C;             // β f32 [64]
-constexpr int PREP_SMEM = PB_OFF + 4 * C;          // 70144
-static_assert(PREP_SMEM == 70144, "prep smem (mirrored by the Rust runtime)");
+constexpr int PREP_SMEM = PB_OFF + 4 * C;          // 35328
+static_assert(C * LDK * 2 == C * LDF * 4, "A / T tiles alias the Q / K tiles exactly");
+static_assert(PREP_SMEM == 35328, "prep smem (mirrored by the Rust runtime)");
 
 // First workspace slot of sequence i.
 __device__ __forceinline__ i64 seq_slot(const i64* cu, i64 i) { return cu[i] / C + i; }
@@ -163,11 +165,6 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
         gam_s[tid] = lg;
         beta_s[tid] = be;
     }
-    // zero the strictly-upper off-diagonal blocks of T (the record is written whole)
-    for (int e = tid; e < C * C; e += 128) {
-        const int r = e >> 6, c = e & 63;
-        if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
-    }
     cp_async_wait<0>();
     __syncthreads();
     if (tid >= 32 && tid < C) gam_s[tid] += gam_s[31];
@@ -199,6 +196,12 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
                 }
             }
         }
+    }
+    __syncthreads();  // every warp is done with the K and Q tiles: T and A take their place
+    // zero the strictly-upper off-diagonal blocks of T (the record is written whole)
+    for (int e = tid; e < C * C; e += 128) {
+        const int r = e >> 6, c = e & 63;
+        if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
     }
     // ---- A (f32, smem, row-major, zero on and above the diagonal) and P (hi/lo bf16, straight to the record)
     {
@@ -818,8 +821,11 @@ __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
 }
 
 // One CTA per (sequence, value head, 16 value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1] rows.
-// Thread (row tid / 16, columns 8 (tid % 16) .. +8). M of step s sits in buffer s & 1; step s issues the copy of
-// step s+1's M before waiting for its own, so each step's 64 KB load overlaps the previous step's arithmetic.
+// Thread (column c = tid % 128, rows 8 (tid / 128) .. +8): per k it reads M[k][c] (a warp reads 128 contiguous
+// bytes) and X[rows][k] from a transposed copy Xᵀ[k][16] (two 16-byte broadcasts), 8 FMA. (A first mapping —
+// 8 columns x 1 row per thread — read M as 2-way bank-conflicted 16-byte loads, ~10 us per step.)
+// M of step s sits in buffer s & 1; step s issues the copy of step s+1's M before waiting for its own, so each
+// step's 64 KB load overlaps the previous step's arithmetic.
 __device__ __forceinline__ void cp_scan_stage(const Prefill64Params& p, float* buf, i64 slot, int h, int tid) {
     const float* M = cp_ws(p, 1, slot, h);
     const u32 base = smem_addr(buf);
@@ -829,7 +835,7 @@ __device__ __forceinline__ void cp_scan_stage(const Prefill64Params& p, float* b
 __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     extern __shared__ __align__(16) unsigned char smem[];
     float* Mbuf = reinterpret_cast<float*>(smem);
-    float* Xs = Mbuf + 2 * D * D;
+    float* XT = Mbuf + 2 * D * D;  // Xᵀ [128 k][16 rows]
     const int HV = p.num_v_heads, L = p.seg_chunks;
     const int rb = blockIdx.x % (D / SCAN_ROWS);
     const int h = (blockIdx.x / (D / SCAN_ROWS)) % HV;
@@ -841,44 +847,44 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     const int nseg = nch > L ? (nch + L - 1) / L : 1;
     if (nseg < 3) return;
     const i64 first = seg_first(p.cu_seqlens, seq, L);
-    const int tid = threadIdx.x, r = tid >> 4, c0 = 8 * (tid & 15);
-    const i64 roff = (i64)(SCAN_ROWS * rb + r) * D + c0;
-    {
-        const float* X0 = cp_ws(p, 0, first + 1, h);
-        *reinterpret_cast<float4*>(Xs + r * D + c0) = *reinterpret_cast<const float4*>(X0 + roff);
-        *reinterpret_cast<float4*>(Xs + r * D + c0 + 4) = *reinterpret_cast<const float4*>(X0 + roff + 4);
-    }
+    const int tid = threadIdx.x, c = tid & (D - 1), r0 = 8 * (tid >> 7);
+    const i64 off0 = (i64)(SCAN_ROWS * rb + r0) * D + c;  // element (row r0, column c) of a [128][128] state
     cp_scan_stage(p, Mbuf, first + 1, h, tid);  // M of step 2 → buffer 0
     cp_async_commit();
+    {
+        const float* X0 = cp_ws(p, 0, first + 1, h);
+        float x[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = X0[off0 + (i64)i * D];
+        *reinterpret_cast<float4*>(XT + c * SCAN_ROWS + r0) = make_float4(x[0], x[1], x[2], x[3]);
+        *reinterpret_cast<float4*>(XT + c * SCAN_ROWS + r0 + 4) = make_float4(x[4], x[5], x[6], x[7]);
+    }
     for (int s = 2; s < nseg; ++s) {
         const float* Ms = Mbuf + (s & 1) * D * D;
         if (s + 1 < nseg) cp_scan_stage(p, Mbuf + ((s + 1) & 1) * D * D, first + s, h, tid);
         cp_async_commit();
         const float* B = cp_ws(p, 2, first + s - 1, h);
         float acc[8];
-        {
-            const float4 b0 = *reinterpret_cast<const float4*>(B + roff), b1 = *reinterpret_cast<const float4*>(B + roff + 4);
-            acc[0] = b0.x; acc[1] = b0.y; acc[2] = b0.z; acc[3] = b0.w;
-            acc[4] = b1.x; acc[5] = b1.y; acc[6] = b1.z; acc[7] = b1.w;
-        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[i] = B[off0 + (i64)i * D];
         cp_async_wait<1>();  // this thread's copies of this step's M have landed (the next step's may be in flight)
-        __syncthreads();     // ... everyone's; X of the previous step written
+        __syncthreads();     // ... everyone's; Xᵀ of the previous step written
 #pragma unroll 8
         for (int k = 0; k < D; ++k) {
-            const float x = Xs[r * D + k];
-            const float4 m0 = *reinterpret_cast<const float4*>(Ms + k * D + c0);
-            const float4 m1 = *reinterpret_cast<const float4*>(Ms + k * D + c0 + 4);
-            acc[0] = fmaf(x, m0.x, acc[0]); acc[1] = fmaf(x, m0.y, acc[1]);
-            acc[2] = fmaf(x, m0.z, acc[2]); acc[3] = fmaf(x, m0.w, acc[3]);
-            acc[4] = fmaf(x, m1.x, acc[4]); acc[5] = fmaf(x, m1.y, acc[5]);
-            acc[6] = fmaf(x, m1.z, acc[6]); acc[7] = fmaf(x, m1.w, acc[7]);
+            const float m = Ms[k * D + c];
+            const float4 x0 = *reinterpret_cast<const float4*>(XT + k * SCAN_ROWS + r0);
+            const float4 x1 = *reinterpret_cast<const float4*>(XT + k * SCAN_ROWS + r0 + 4);
+            acc[0] = fmaf(x0.x, m, acc[0]); acc[1] = fmaf(x0.y, m, acc[1]);
+            acc[2] = fmaf(x0.z, m, acc[2]); acc[3] = fmaf(x0.w, m, acc[3]);
+            acc[4] = fmaf(x1.x, m, acc[4]); acc[5] = fmaf(x1.y, m, acc[5]);
+            acc[6] = fmaf(x1.z, m, acc[6]); acc[7] = fmaf(x1.w, m, acc[7]);
         }
-        __syncthreads();  // everyone is done reading X and this M (its buffer is refilled two steps on)
+        __syncthreads();  // everyone is done reading Xᵀ and this M (its buffer is refilled two steps on)
         float* Xn = cp_ws(p, 0, first + s, h);
-        *reinterpret_cast<float4*>(Xs + r * D + c0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        *reinterpret_cast<float4*>(Xs + r * D + c0 + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-        *reinterpret_cast<float4*>(Xn + roff) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        *reinterpret_cast<float4*>(Xn + roff + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) Xn[off0 + (i64)i * D] = acc[i];
+        *reinterpret_cast<float4*>(XT + c * SCAN_ROWS + r0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        *reinterpret_cast<float4*>(XT + c * SCAN_ROWS + r0 + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
 }
 
@@ -925,7 +931,7 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 
 // ---------------------------------------------------------------------------------------------------------
 // Exported kernels (launch in this order on one stream):
-//   gdn_prefill64_prep        grid (T/64 + N + 1, HV, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (70144)
+//   gdn_prefill64_prep        grid (T/64 + N + 1, HV, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (35328)
 //   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (192528)
 //   gdn_prefill64_walk_bf16   same, bf16 state / new_state
 // workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (49920) bytes, 256-byte aligned.

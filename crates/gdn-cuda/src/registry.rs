@@ -139,7 +139,7 @@ const WARP: u32 = 32;
 /// after changing the kernel, change the number here.
 pub mod prefill64 {
     /// Dynamic shared memory of `gdn_prefill64_prep` (bytes) = `gdn_prefill64::PREP_SMEM`.
-    pub const PREP_SMEM: u32 = 70_144;
+    pub const PREP_SMEM: u32 = 35_328;
     /// Dynamic shared memory of `gdn_prefill64_walk_*` (bytes) = `gdn_prefill64::WALK_SMEM` (includes
     /// 1 KB of slack: the kernel aligns its swizzled operand panels to 1024 B).
     pub const WALK_SMEM: u32 = 192_528;

@@ -647,7 +647,7 @@ fn odd_value_heads_run_only_on_chunk64() {
 #[test]
 fn chunk64_needs_its_shared_memory() {
     use StateDtype::F32;
-    // a device with room for the prep (70144 bytes) but not the chunk64 walk (192528)
+    // a device with room for the prep (35328 bytes) but not the chunk64 walk (192528)
     let small = DeviceCaps {
         max_dyn_smem: 190_000,
         ..H100
@@ -658,6 +658,16 @@ fn chunk64_needs_its_shared_memory() {
         choose_prefill(&long, &small, Some("gdn_prefill64_prep")),
         Err(Rejection::SharedMemory {
             kernel: "gdn_prefill64_walk_f32",
+            ..
+        })
+    ));
+    // the automatic rule would run this shape context parallel (walk-sized kernels too): it falls back to
+    // the fused plan, whose bv16 kernel (195088 bytes) does not fit either — the rejection names it
+    assert_eq!(plan(&long).kind(), PlanKind::ContextParallel);
+    assert!(matches!(
+        choose_prefill(&long, &small, None),
+        Err(Rejection::SharedMemory {
+            kernel: "gdn_prefill_f32_bv16",
             ..
         })
     ));

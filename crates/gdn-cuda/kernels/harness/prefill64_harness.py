@@ -24,7 +24,7 @@ RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "err
 log = ph.log
 C = 64
 WS_CHUNK = 49920
-PREP_SMEM, WALK_SMEM, SCAN_SMEM = 70144, 192528, 139264
+PREP_SMEM, WALK_SMEM, SCAN_SMEM = 35328, 192528, 139264
 WALK_CTAS_PER_HEAD = 2
 
 
