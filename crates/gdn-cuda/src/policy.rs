@@ -668,22 +668,25 @@ pub fn choose_prefill(
     }
 }
 
+/// The hot kernel of `family` for a chunk64 / cp launch of `s`: of the call's state dtype, except for the
+/// launches that touch no state storage (the prep, the cp scan; registered as F32 by convention).
+fn plan_kernel(family: Family, s: &Shape) -> Result<&'static Variant, Rejection> {
+    let stateless = matches!(family, Family::Prefill64Prep | Family::Prefill64CpScan);
+    registry::VARIANTS
+        .iter()
+        .find(|v| v.family == family && v.hot && (stateless || v.state == s.state))
+        .ok_or(Rejection::NoVariant {
+            family,
+            state: s.state,
+        })
+}
+
 /// The chunk64 plan for `s`, or why it cannot run (workspace cap, grid, shared memory, no variant).
 fn chunk64(s: &Shape, caps: &DeviceCaps, why: String) -> Result<PrefillPlan, Rejection> {
-    let of = |family| {
-        registry::VARIANTS
-            .iter()
-            .find(|v| {
-                v.family == family
-                    && v.hot
-                    && (family == Family::Prefill64Prep || v.state == s.state)
-            })
-            .ok_or(Rejection::NoVariant {
-                family,
-                state: s.state,
-            })
-    };
-    let (prep_v, walk_v) = (of(Family::Prefill64Prep)?, of(Family::Prefill64Walk)?);
+    let (prep_v, walk_v) = (
+        plan_kernel(Family::Prefill64Prep, s)?,
+        plan_kernel(Family::Prefill64Walk, s)?,
+    );
     let (t, n, hv) = (
         s.total_tokens as u64,
         s.num_seqs as u64,
@@ -714,21 +717,7 @@ fn context_parallel(
     automatic: bool,
     why: String,
 ) -> Result<PrefillPlan, Rejection> {
-    let of = |family| {
-        registry::VARIANTS
-            .iter()
-            .find(|v| {
-                v.family == family
-                    && v.hot
-                    && (family == Family::Prefill64Prep
-                        || family == Family::Prefill64CpScan
-                        || v.state == s.state)
-            })
-            .ok_or(Rejection::NoVariant {
-                family,
-                state: s.state,
-            })
-    };
+    let of = |family| plan_kernel(family, s);
     let segments = cp_segments(s, caps.sm_count as u64, automatic);
     let seg_chunks = cp_seg_chunks(s, segments);
     let (t, n, hv) = (
