@@ -290,29 +290,6 @@ def test_prefill_chunk64(H, HV, state_dtype):
     assert ns.dtype == state_dtype and not ns[1].any()
 
 
-def test_prefill_chunk64_graph_capture():
-    x = prefill_inputs([1024, 640], 1, 3, seed=14)  # odd HV: the chunk64 plan
-    out = torch.empty_like(x[2])
-    new_state = torch.empty_like(x[3])
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up off the capture
-        gdn.prefill(*x, output=out, new_state=new_state)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # the workspace comes from the graph's private pool
-        gdn.prefill(*x, output=out, new_state=new_state)
-    y = prefill_inputs([1024, 640], 1, 3, seed=15)
-    for dst, src in zip(x, y):
-        dst.copy_(src)
-    graph.replay()
-    torch.cuda.synchronize()
-    ro, rs = ref_prefill(*y, None)
-    close(out, ro, "output (chunk64, graph replay)", OUT_L2)
-    close(new_state, rs, "new_state (chunk64, graph replay)", PREFILL_STATE_L2)
-
-
 # The context-parallel plan (prep, pass 1, scan, pass 3; workspace from torch) is what the policy runs for few
 # long sequences: here 2 sequences x 2 value heads = 8 walk chains, ~63 chunks per sequence on average, so 7
 # segments of 9 chunks (policy.rs cp_segments): 6 and 9 segments of these two sequences.
@@ -325,8 +302,11 @@ def test_prefill_context_parallel(state_dtype):
     close(ns.float(), rs, "new_state (cp)", PREFILL_STATE_L2 if state_dtype == torch.float32 else BF16_L2)
 
 
-def test_prefill_context_parallel_graph_capture():
-    x = prefill_inputs([4100, 2500], 1, 2, seed=17)  # the cp plan (see above)
+# The two plans with a workspace, captured in a CUDA graph (the workspace comes from the graph's private pool; no
+# host sync): chunk64 by an odd HV, cp by two long sequences (see above: four launches).
+@pytest.mark.parametrize("plan,lens,HV,seeds", [("chunk64", [1024, 640], 3, (14, 15)), ("cp", [4100, 2500], 2, (17, 18))])
+def test_prefill_workspace_plan_graph_capture(plan, lens, HV, seeds):
+    x = prefill_inputs(lens, 1, HV, seed=seeds[0])
     out = torch.empty_like(x[2])
     new_state = torch.empty_like(x[3])
     s = torch.cuda.Stream()
@@ -336,16 +316,16 @@ def test_prefill_context_parallel_graph_capture():
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # four launches, workspace from the graph's private pool, no host sync
+    with torch.cuda.graph(graph):
         gdn.prefill(*x, output=out, new_state=new_state)
-    y = prefill_inputs([4100, 2500], 1, 2, seed=18)
+    y = prefill_inputs(lens, 1, HV, seed=seeds[1])
     for dst, src in zip(x, y):
         dst.copy_(src)
     graph.replay()
     torch.cuda.synchronize()
     ro, rs = ref_prefill(*y, None)
-    close(out, ro, "output (cp, graph replay)", OUT_L2)
-    close(new_state, rs, "new_state (cp, graph replay)", PREFILL_STATE_L2)
+    close(out, ro, f"output ({plan}, graph replay)", OUT_L2)
+    close(new_state, rs, f"new_state ({plan}, graph replay)", PREFILL_STATE_L2)
 
 
 # ------------------------------------------------------------------ MTP
