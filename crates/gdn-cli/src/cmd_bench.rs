@@ -43,6 +43,11 @@ pub struct Args {
     /// Also run the configurations too large for a default cpu run.
     #[arg(long)]
     full: bool,
+    /// Plan prefill calls without the longest sequence's length. By default the planner gets it, as a
+    /// caller with host-side lengths gives it (`max_seqlen` in Python); this measures the sync-free
+    /// path of a caller that knows only T and N.
+    #[arg(long)]
+    no_length_hint: bool,
 }
 
 /// Statistics of one tier of one workload, with its roofline numbers.
@@ -127,6 +132,8 @@ struct Plan {
     cfg: TimingConfig,
     /// cpu: stop adding iterations past this many seconds per workload.
     budget_s: Option<f64>,
+    /// Tell the planner each prefill call's longest sequence (host-side lengths).
+    length_hint: bool,
 }
 
 /// Parses `qk{H}_v{HV}` (optionally `_d128`) into a head configuration.
@@ -164,6 +171,7 @@ pub fn main(a: Args) -> Result<()> {
             input_sets: a.input_sets,
         },
         budget_s: cpu.then_some(if a.quick { 0.1 } else { 0.6 }),
+        length_hint: !a.no_length_hint,
     };
     let scope = Scope {
         cpu,
@@ -216,6 +224,7 @@ pub fn main(a: Args) -> Result<()> {
                 "seed": a.seed,
                 "quick": a.quick,
                 "full": a.full,
+                "prefill_length_hint": plan.length_hint,
                 "warmup": plan.cfg.warmup,
                 "iters": plan.cfg.iters,
                 "input_sets": plan.cfg.input_sets,
@@ -289,7 +298,10 @@ fn bench_workload(
     let sets: Vec<_> = (0..plan.cfg.input_sets as u64)
         .map(|k| generate(spec, seed.wrapping_add(k)))
         .collect();
-    let p = Problem::from_tensors(&def, &sets[0], &opts)?;
+    let mut p = Problem::from_tensors(&def, &sets[0], &opts)?;
+    if !plan.length_hint && def.op == gdn_core::Op::Prefill {
+        p.dims.max_seq_len = None;
+    }
     let inputs = sets
         .iter()
         .map(|t| Problem::from_tensors(&def, t, &opts).map(|_| p.inputs(t)))

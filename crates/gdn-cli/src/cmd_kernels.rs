@@ -119,6 +119,7 @@ fn print_policy() {
         num_seqs: n,
         seq_len: t,
         total_tokens: n * t.max(1),
+        max_seq_len: 0,
         state,
     };
     let mut rows: Vec<(String, Shape)> = Vec::new();

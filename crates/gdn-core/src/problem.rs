@@ -47,6 +47,10 @@ pub struct Dims {
     pub total_tokens: usize,
     /// Rows of the state tensor (`num_seqs`, or `pool_size` for MTP).
     pub state_rows: usize,
+    /// Tokens of the longest sequence when known on the host: from host `cu_seqlens` values (prefill), or
+    /// `seq_len` (decode, MTP). `None` when `cu_seqlens` lives on a device (bindings may set a caller's hint).
+    /// Backends may use it to plan; it never changes results.
+    pub max_seq_len: Option<usize>,
 }
 
 /// A validated problem (sizes and flags; no data).
@@ -139,6 +143,7 @@ impl Problem {
                     seq_len: 1,
                     total_tokens: b,
                     state_rows: b,
+                    max_seq_len: Some(1),
                 }
             }
             Op::Mtp => {
@@ -154,6 +159,7 @@ impl Problem {
                     seq_len: t,
                     total_tokens: b * t,
                     state_rows: ax("pool_size").unwrap_or(0),
+                    max_seq_len: Some(t),
                 }
             }
             Op::Prefill => {
@@ -178,6 +184,7 @@ impl Problem {
                     seq_len: 0,
                     total_tokens: ax("total_seq_len").unwrap_or(0),
                     state_rows: n,
+                    max_seq_len: None, // from the values, once they are checked (below)
                 }
             }
         };
@@ -194,7 +201,7 @@ impl Problem {
         } else {
             raw_scale
         };
-        let p = Problem {
+        let mut p = Problem {
             def: def.clone(),
             dims,
             state_dtype,
@@ -202,12 +209,20 @@ impl Problem {
             scale,
             mtp_mode: opts.mtp_mode,
         };
+        let cu = tensors.get("cu_seqlens").and_then(Tensor::as_i64);
         p.check_values(
-            tensors.get("cu_seqlens").and_then(Tensor::as_i64),
+            cu,
             tensors
                 .get("initial_state_indices")
                 .and_then(Tensor::as_i32),
         )?;
+        if let Some(cu) = cu.filter(|_| def.op == Op::Prefill) {
+            p.dims.max_seq_len = cu
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as usize)
+                .max()
+                .or(Some(0));
+        }
         Ok(p)
     }
 

@@ -136,6 +136,14 @@ fn bad_cu_seqlens() {
     with_cu(vec![0, 0, 5, 5]).unwrap();
 }
 
+#[test]
+fn host_lengths_give_the_longest_sequence() {
+    // host cu_seqlens values are known: the planner's length hint is the longest sequence
+    assert_eq!(with_cu(vec![0, 2, 5]).unwrap().dims.max_seq_len, Some(3));
+    assert_eq!(with_cu(vec![0, 0, 5, 5]).unwrap().dims.max_seq_len, Some(5));
+    assert_eq!(with_cu(vec![0, 5, 5]).unwrap().dims.max_seq_len, Some(5));
+}
+
 fn mtp_with(idx: Vec<i32>, mode: MtpMode, intermediate: bool) -> Result<Problem, GdnError> {
     let mut spec = WorkloadSpec::mtp(heads(), 3, 2);
     spec.pool_size = 4;

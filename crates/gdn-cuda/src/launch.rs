@@ -220,6 +220,9 @@ pub struct PrefillArgs {
     pub workspace_bytes: usize,
     pub num_seqs: usize,
     pub total_tokens: usize,
+    /// Tokens of the longest sequence when the caller knows it on the host, 0 = unknown. Steers the plan
+    /// choice only (`policy::Shape::max_seq_len`): a wrong value costs speed, never correctness.
+    pub max_seq_len: usize,
     pub num_q_heads: usize,
     pub num_v_heads: usize,
     pub head_size: usize,
@@ -242,6 +245,7 @@ impl RecurrentArgs {
             num_seqs: self.batch,
             seq_len: self.seq_len,
             total_tokens: self.batch * self.seq_len,
+            max_seq_len: self.seq_len,
             state: self.state_dtype.unwrap_or(StateDtype::F32),
         }
     }
@@ -316,6 +320,7 @@ impl PrefillArgs {
             num_seqs: self.num_seqs,
             seq_len: 0,
             total_tokens: self.total_tokens,
+            max_seq_len: self.max_seq_len,
             state: self.state_dtype.unwrap_or(StateDtype::F32),
         }
     }

@@ -6,7 +6,8 @@
 //! * `loader`    — finding libcuda / libnvrtc / the CUDA headers (env, loader path, PyPI wheels)
 //! * `nvrtc`     — NVRTC calls, CUBIN compile, disk cache;  `resources` — the ptxas report parser
 //! * `sources`   — the kernel sources (embedded by build.rs, or `$GDN_KERNEL_DIR`)
-//! * `registry`  — the one table of kernel variants;  `policy` — the pure kernel choice
+//! * `registry`  — the one table of kernel variants;  `policy` — the pure kernel choice;  `cost` — the
+//!   prefill plan cost model it uses
 //! * `params`    — `#[repr(C)]` mirrors of the kernels' params structs
 //! * `context`   — device, arch check, context, stream;  `memory` — device buffers
 //! * `launch`    — the raw-pointer launch API on a caller's stream (for framework bindings)
@@ -16,6 +17,7 @@
 pub mod backend;
 pub mod bench;
 pub mod context;
+pub mod cost;
 pub mod launch;
 pub mod loader;
 pub mod memory;
@@ -85,6 +87,7 @@ pub fn shape_of(p: &Problem) -> Shape {
         num_seqs: p.dims.num_seqs,
         seq_len: p.dims.seq_len,
         total_tokens: p.dims.total_tokens,
+        max_seq_len: p.dims.max_seq_len.unwrap_or(0),
         state: match p.state_out_dtype() {
             DType::BF16 => StateDtype::BF16,
             _ => StateDtype::F32,

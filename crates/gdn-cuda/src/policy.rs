@@ -8,35 +8,36 @@
 //!   (results/recurrent_kernels.md). Work per launch scales with B·HV and with 1/SMs, so the batch is first
 //!   converted to its qk4_v8-on-132-SMs equivalent `ceil(B · HV/8 · 132/SMs)` (the kernel notes' advice for
 //!   other head counts; not measured beyond qk4_v8).
-//! * Prefill has two plans (`choose_prefill`):
+//! * Prefill has three plans (`choose_prefill`), chosen by the cost model of `cost.rs` (estimated µs from
+//!   T, N, HV, the SM count and — when the caller gives it — the longest sequence's length; calibrated on the
+//!   H200, results/prefill_plans.md):
 //!   - **fused** (`prefill.cu`, results/prefill_kernels.md): one kernel; each CTA owns BV value columns of
-//!     one (sequence, value head) and redoes the chunk preparation that all BV-tiles of a head share, so the
-//!     widest tile that still fills the GPU wins: `BV = largest of {128, 64, 32, 16} with
-//!     N·HV·128/BV ≥ 0.9·SMs, else 16`. HV must be even (the kernel copies gates as aligned bf16 pairs).
+//!     one (sequence, value head) and redoes the chunk preparation that all BV-tiles of a head share. BV =
+//!     the tile width with the smallest estimate: wide tiles do less work in all, narrow ones have a shorter
+//!     chain per chunk, so a long sequence among short ones wants narrow tiles. HV must be even (the kernel
+//!     copies gates as aligned bf16 pairs).
 //!   - **chunk64** (`prefill64.cu`): two launches on the stream: `gdn_prefill64_prep` prepares every
 //!     64-token chunk of every (sequence, value head) into a device workspace in parallel over chunks, then
 //!     `gdn_prefill64_walk_{f32,bf16}` walks each sequence's chunks on wgmma (N·HV·2 CTAs, one warpgroup per
-//!     64-row value half). Measured on the H200 it is
-//!     slower than the fused plan in every ANCHORS configuration (results/prefill64.md), so the automatic rule
-//!     picks it only where the fused kernels cannot run: an odd HV (if its workspace
-//!     `(T/64 + N + 1)·HV·WS_CHUNK_BYTES ≤ CHUNK64_WORKSPACE_CAP` and its launches fit; otherwise the call is
-//!     rejected as `OddValueHeads`). The override below forces it for any shape (`gdn check` runs both plans).
+//!     64-row value half). Slower than the fused plan in every measured configuration (results/prefill64.md),
+//!     so the automatic rule picks it only where the fused kernels cannot run: an odd HV, when cp is not
+//!     estimated faster (if its workspace `(T/64 + N + 1)·HV·WS_CHUNK_BYTES ≤ CHUNK64_WORKSPACE_CAP` and its
+//!     launches fit; otherwise the call is rejected as `OddValueHeads`).
 //!   - **cp** (context parallel, `prefill64.cu`): the chunk64 prep, then three launches that cut each
-//!     sequence into G segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
+//!     sequence into segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
 //!     transition and a zero-state summary of each middle segment; scan: the segments' start states; pass 3:
-//!     segments 1.. for real). Picked automatically for few long sequences — `N·HV·2 ≤ CP_MAX_CHAINS` walk
-//!     chains (a quarter of the GPU or less) and at least `CP_MIN_SEQ_CHUNKS` chunks per sequence on
-//!     average — where one walk per (sequence, head) leaves most SMs idle. G (`cp_segments`): the largest
-//!     with pass 3 in one wave of CTAs and pass 1 in at most two (measured on the H200: 1×65536 at G = 5 /
-//!     8 took 1308 / 1059 µs, G = 10 — pass 3 in two waves — 1342; results/prefill64.md), and segments of
-//!     at least `CP_MIN_SEG_CHUNKS` chunks. Only T and N are known on the host (no read of `cu_seqlens`), so L
-//!     comes from the average sequence length; any L is correct for any lengths.
+//!     segments 1.. for real). Picked when its best estimate (`cost::best_cp`: G segments of the longest
+//!     sequence, 3 ≤ G ≤ 64, segments ≥ 4 chunks, pass 3 in one wave of CTAs and pass 1 in at most two) beats
+//!     the fused one: few long sequences, or one long sequence among short ones when the caller gives its
+//!     length. Nothing is read on the host: without a hint the lengths are taken as equal; any L is correct
+//!     for any lengths (the hint only steers speed).
 //! * An override (`GDN_KERNEL=<name>`, passed in by the caller) picks a variant by name; it must be of the
 //!   right family and state dtype, and still passes every limit check. For prefill, naming a `gdn_prefill_*`
 //!   kernel forces the fused plan with that kernel; naming `gdn_prefill64_prep` or the walk of the call's
 //!   state dtype forces the chunk64 plan.
 //! * Grid limits: gridDim.x ≤ 2³¹−1, gridDim.y/z ≤ 65 535; dynamic shared memory ≤ the device's opt-in limit.
 
+use crate::cost;
 use crate::registry::{self, Family, GridOrder, StateDtype, Variant, HEAD_DIM};
 use crate::registry::{
     prefill64_cp_workspace_bytes, prefill64_seg_slots, prefill64_slots, prefill64_workspace_bytes,
@@ -119,19 +120,9 @@ pub const RECURRENT_TABLE: &[(Family, StateDtype, u64, &str)] = &[
         "gdn_recurrent_bf16_tn_v4r4w2_lin",
     ),
 ];
-/// Prefill: the widest tile whose grid reaches NUM/DEN of the SM count.
-pub const PREFILL_FILL_NUM: u64 = 9;
-pub const PREFILL_FILL_DEN: u64 = 10;
 /// Largest chunk64 workspace (bytes): a call that would need more is refused (forced) or, with an odd HV, rejected.
 pub const CHUNK64_WORKSPACE_CAP: u64 = 1 << 30;
-/// Context parallelism: at most this many walk chains `N·HV·2` (one walk CTA per chain leaves ≥ 3/4 of
-/// 132 SMs idle) ...
-pub const CP_MAX_CHAINS: u64 = 32;
-/// ... and at least this many 64-token chunks per sequence on average (2048 tokens).
-pub const CP_MIN_SEQ_CHUNKS: u64 = 32;
-/// Shortest automatic segment (chunks): each segment pays a fill (state load, first chunk's loads) per pass.
-pub const CP_MIN_SEG_CHUNKS: u64 = 8;
-/// Most segments per sequence.
+/// Forced cp plans (`gdn check`, overrides): at most this many segments per (average) sequence.
 pub const CP_MAX_SEGMENTS: u64 = 64;
 /// Hardware grid limits (x, and y/z).
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
@@ -150,6 +141,9 @@ pub struct Shape {
     pub seq_len: usize,
     /// Total tokens.
     pub total_tokens: usize,
+    /// Prefill: tokens of the longest sequence when the caller knows it (a host-side hint; never read from
+    /// the device), 0 = unknown (the cost model then takes the lengths as equal). Only speed depends on it.
+    pub max_seq_len: usize,
     pub state: StateDtype,
 }
 
@@ -334,17 +328,13 @@ fn avg_seq_chunks(s: &Shape) -> u64 {
         .max(1)
 }
 
-/// Segments per sequence for the cp plan: the largest G ≤ `CP_MAX_SEGMENTS` whose pass 3
-/// (`chains·(G−1)` CTAs) fits one wave and pass 1 (`chains·(2G−3)`) two, one CTA per SM; at least 3 (so
-/// that every pass has work). `automatic` also keeps segments ≥ `CP_MIN_SEG_CHUNKS` chunks.
-pub fn cp_segments(s: &Shape, sms: u64, automatic: bool) -> u64 {
+/// Segments per sequence of a *forced* cp plan: the largest G ≤ `CP_MAX_SEGMENTS` whose pass 3
+/// (`chains·(G−1)` CTAs) fits one wave and pass 1 (`chains·(2G−3)`) two, one CTA per SM, at least 3 (so
+/// that every pass has work) however short the sequences: `gdn check` uses it to run many segments.
+pub fn cp_forced_segments(s: &Shape, sms: u64) -> u64 {
     let chains = (s.num_seqs as u64 * s.num_v_heads as u64 * 2).max(1);
     let mut g = 3;
-    while g < CP_MAX_SEGMENTS
-        && chains * g <= sms
-        && chains * (2 * (g + 1) - 3) <= 2 * sms
-        && (!automatic || avg_seq_chunks(s) / (g + 1) >= CP_MIN_SEG_CHUNKS)
-    {
+    while g < CP_MAX_SEGMENTS && chains * g <= sms && chains * (2 * (g + 1) - 3) <= 2 * sms {
         g += 1;
     }
     g
@@ -353,14 +343,6 @@ pub fn cp_segments(s: &Shape, sms: u64, automatic: bool) -> u64 {
 /// Chunks per segment for G segments of the average sequence (≥ 1).
 pub fn cp_seg_chunks(s: &Shape, segments: u64) -> u64 {
     avg_seq_chunks(s).div_ceil(segments.max(1)).max(1)
-}
-
-/// Whether the automatic rule runs `s` context-parallel (see the module comment).
-pub fn cp_wanted(s: &Shape, caps: &DeviceCaps) -> bool {
-    let chains = s.num_seqs as u64 * s.num_v_heads as u64 * 2;
-    chains > 0
-        && chains <= CP_MAX_CHAINS.min(caps.sm_count as u64 / 4)
-        && avg_seq_chunks(s) >= CP_MIN_SEQ_CHUNKS
 }
 
 /// Chooses the kernel for `s` on a device with `caps`; `force` names a variant to use instead.
@@ -460,6 +442,18 @@ fn forced(name: &str, family: Family, state: StateDtype) -> Result<&'static Vari
     Ok(v)
 }
 
+/// The hot fused tile of the call's state dtype with the smallest estimate (ties: the widest), and it.
+fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64)> {
+    let mut tiles: Vec<&'static Variant> = registry::candidates(Family::Prefill, s.state)
+        .filter(|v| v.hot)
+        .collect();
+    tiles.sort_by_key(|v| v.ctas_per_head); // widest tile first
+    tiles
+        .into_iter()
+        .map(|v| (v, cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
 fn automatic(
     s: &Shape,
     caps: &DeviceCaps,
@@ -471,30 +465,20 @@ fn automatic(
     };
     let sms = (caps.sm_count as u64).max(1);
     if family == Family::Prefill {
-        let mut tiles: Vec<&'static Variant> = registry::candidates(family, s.state)
-            .filter(|v| v.hot)
-            .collect();
-        tiles.sort_by_key(|v| v.ctas_per_head); // widest tile first
-        let ctas = |v: &Variant| {
-            let (x, y, z) = grid_of(v, s);
-            x * y * z
-        };
-        let fits = |v: &&&Variant| ctas(v) * PREFILL_FILL_DEN >= PREFILL_FILL_NUM * sms;
-        return match tiles.iter().find(fits) {
-            Some(v) => Ok((
-                v,
-                format!("widest tile with {} CTAs >= 0.9 x {sms} SMs", ctas(v)),
-            )),
-            None => tiles
-                .last()
-                .map(|v| {
-                    (
-                        *v,
-                        format!("narrowest tile: {} CTAs < 0.9 x {sms} SMs", ctas(v)),
-                    )
-                })
-                .ok_or(none),
-        };
+        let (v, us) = fused_tile(s, sms).ok_or(none)?;
+        let l = cost::Lengths::of(s);
+        return Ok((
+            v,
+            format!(
+                "tile with the smallest estimate, {us:.0} us (longest sequence {} tokens{})",
+                l.longest,
+                if s.max_seq_len > 0 {
+                    ", hinted"
+                } else {
+                    ", lengths taken as equal"
+                }
+            ),
+        ));
     }
     let equiv = equivalent_batch(s.num_seqs as u64, s.num_v_heads as u64, sms);
     let row = RECURRENT_TABLE
@@ -553,7 +537,7 @@ pub enum PrefillPlan {
         pass1: Choice,
         scan: Choice,
         pass3: Choice,
-        /// Segments per (average) sequence the rule aimed for, and chunks per segment (L).
+        /// Segments of the longest sequence (forced plans: of the average one), and chunks per segment (L).
         segments: u64,
         seg_chunks: u64,
         workspace_bytes: u64,
@@ -659,7 +643,8 @@ pub fn choose_prefill(
         }
         Family::Prefill64Prep | Family::Prefill64Walk => chunk64(s, caps, forced_why),
         Family::Prefill64CpPass1 | Family::Prefill64CpScan | Family::Prefill64CpPass3 => {
-            context_parallel(s, caps, false, forced_why)
+            let g = cp_forced_segments(s, caps.sm_count as u64);
+            context_parallel(s, caps, (g, cp_seg_chunks(s, g)), forced_why)
         }
         other => Err(bad(format!(
             "it is a {other:?} kernel; a prefill call takes gdn_prefill_* (fused plan), \
@@ -709,17 +694,15 @@ fn chunk64(s: &Shape, caps: &DeviceCaps, why: String) -> Result<PrefillPlan, Rej
     })
 }
 
-/// The context-parallel plan for `s` (`automatic`: the automatic rule's segment count; else at least 3
-/// segments however short the sequences, as forced plans and `gdn check` use it).
+/// The context-parallel plan for `s` with segments of `seg_chunks` chunks (`segments`: how many the
+/// longest sequence gets, for the report).
 fn context_parallel(
     s: &Shape,
     caps: &DeviceCaps,
-    automatic: bool,
+    (segments, seg_chunks): (u64, u64),
     why: String,
 ) -> Result<PrefillPlan, Rejection> {
     let of = |family| plan_kernel(family, s);
-    let segments = cp_segments(s, caps.sm_count as u64, automatic);
-    let seg_chunks = cp_seg_chunks(s, segments);
     let (t, n, hv) = (
         s.total_tokens as u64,
         s.num_seqs as u64,
@@ -787,25 +770,36 @@ fn configure_grid(
     Ok(c)
 }
 
+/// The automatic prefill plan: the cheapest estimate of `cost.rs` among the fused tiles (even HV) or the
+/// chunk64 plan (odd HV) and the best cp plan; a cp plan that cannot run (workspace cap, grid) falls back.
 fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Rejection> {
-    if cp_wanted(s, caps) {
+    let sms = (caps.sm_count as u64).max(1);
+    let odd = !s.num_v_heads.is_multiple_of(2);
+    let (base_us, base) = if odd {
+        (cost::cp_us(s, 1, sms).us, "chunk64")
+    } else {
+        let us = fused_tile(s, sms).map_or(f64::INFINITY, |x| x.1);
+        (us, "fused")
+    };
+    if let Some(e) = cost::best_cp(s, sms).filter(|e| e.us < base_us) {
+        let l = cost::Lengths::of(s);
         let why = format!(
-            "cp: {} walk chains <= {CP_MAX_CHAINS} and >= {CP_MIN_SEQ_CHUNKS} chunks per sequence",
-            s.num_seqs * s.num_v_heads * 2
+            "cp: estimate {:.0} us < {base} {base_us:.0} us ({} walk chains, longest sequence {} tokens{})",
+            e.us,
+            e.chains,
+            l.longest,
+            if s.max_seq_len > 0 { ", hinted" } else { ", lengths taken as equal" }
         );
-        if let Ok(plan) = context_parallel(s, caps, true, why) {
+        if let Ok(plan) = context_parallel(s, caps, (e.segments, e.seg_chunks), why) {
             return Ok(plan);
         }
     }
-    if !s.num_v_heads.is_multiple_of(2) {
+    if odd {
         let reason = format!("odd num_v_heads {}: only chunk64 runs it", s.num_v_heads);
         return chunk64(s, caps, reason).map_err(|_| Rejection::OddValueHeads { v: s.num_v_heads });
     }
     let mut variant = choose(s, caps, None)?;
-    variant.why = format!(
-        "fused (chunk64 is slower in every measured configuration): {}",
-        variant.why
-    );
+    variant.why = format!("fused: {}", variant.why);
     Ok(PrefillPlan::Fused { variant })
 }
 
@@ -857,6 +851,7 @@ mod tests {
             num_seqs: n,
             seq_len: t,
             total_tokens: n * t.max(1),
+            max_seq_len: 0,
             state,
         }
     }

@@ -19,6 +19,7 @@ fn shape(op: Op, n: usize, t: usize, state: StateDtype) -> Shape {
         num_seqs: n,
         seq_len: t,
         total_tokens: n * t.max(1),
+        max_seq_len: 0,
         state,
     }
 }
@@ -99,21 +100,31 @@ fn equivalent_batch_scales_with_heads_and_sms() {
 }
 
 #[test]
-fn prefill_thresholds() {
-    // BV = largest with N * 8 * 128/BV >= 0.9 * 132 = 118.8
-    let p = |n| pick(&shape(Op::Prefill, n, 0, StateDtype::F32));
-    assert_eq!(p(1), "gdn_prefill_f32_bv16"); // 64 CTAs
-    assert_eq!(p(2), "gdn_prefill_f32_bv16"); // bv16 128 >= 118.8, bv32 64
-    assert_eq!(p(3), "gdn_prefill_f32_bv16"); // bv32 96
-    assert_eq!(p(4), "gdn_prefill_f32_bv32"); // bv32 128
-    assert_eq!(p(7), "gdn_prefill_f32_bv32"); // bv64 112
-    assert_eq!(p(8), "gdn_prefill_f32_bv64"); // bv64 128
-    assert_eq!(p(14), "gdn_prefill_f32_bv64"); // bv128 112
-    assert_eq!(p(15), "gdn_prefill_f32_bv128"); // bv128 120
-    assert_eq!(
-        pick(&shape(Op::Prefill, 57, 0, StateDtype::BF16)),
-        "gdn_prefill_bf16_bv128"
-    );
+fn fused_tile_follows_the_cost_model() {
+    // the tile with the smallest cost::fused_us: wide tiles when there is work for every SM, narrow ones
+    // when a long chain dominates (each row is the measured-best tile on the H200, results/prefill_plans.md)
+    let p = |n, t, hint, st| {
+        pick(&Shape {
+            total_tokens: t,
+            max_seq_len: hint,
+            ..shape(Op::Prefill, n, 0, st)
+        })
+    };
+    use StateDtype::{BF16, F32};
+    assert_eq!(p(1, 128, 0, F32), "gdn_prefill_f32_bv16");
+    assert_eq!(p(1, 1024, 0, F32), "gdn_prefill_f32_bv16");
+    assert_eq!(p(4, 8192, 0, F32), "gdn_prefill_f32_bv32");
+    assert_eq!(p(8, 65_536, 0, F32), "gdn_prefill_f32_bv64");
+    assert_eq!(p(32, 8192, 0, F32), "gdn_prefill_f32_bv128");
+    assert_eq!(p(30, 8120, 0, F32), "gdn_prefill_f32_bv128");
+    assert_eq!(p(64, 65_536, 0, F32), "gdn_prefill_f32_bv128");
+    assert_eq!(p(57, 57 * 150, 0, BF16), "gdn_prefill_bf16_bv128");
+    // the same totals with one long sequence (the caller's hint): narrower tiles
+    assert_eq!(p(40, 8192, 1972, F32), "gdn_prefill_f32_bv64"); // measured 133 us vs bv128 165
+    assert_eq!(p(53, 8192, 4021, F32), "gdn_prefill_f32_bv32"); // 205 vs 312
+                                                                // a hint below the average length is no information; above T it is clamped
+    assert_eq!(p(32, 8192, 1, F32), p(32, 8192, 0, F32));
+    assert_eq!(p(1, 1024, 1 << 20, F32), p(1, 1024, 0, F32));
     // an empty launch (no sequences) still has a variant, with nothing to launch
     assert!(
         choose(&shape(Op::Prefill, 0, 0, StateDtype::F32), &H100, None)
@@ -290,6 +301,7 @@ fn pre(n: usize, t: usize, hv: usize, state: StateDtype) -> Shape {
         num_seqs: n,
         seq_len: 0,
         total_tokens: t,
+        max_seq_len: 0,
         state,
     }
 }
@@ -452,15 +464,15 @@ fn empty_prefill_launches_nothing_and_needs_no_workspace() {
 #[test]
 fn context_parallel_for_few_long_sequences() {
     use StateDtype::{BF16, F32};
-    // (N, T, HV) -> (segments, chunks per segment): G = largest with chains·(G−1) <= 132 and
-    // chains·(2G−3) <= 264, segments >= CP_MIN_SEG_CHUNKS chunks
+    // (N, T, HV) -> (segments, chunks per segment): the cheapest cost::cp_us among the G with
+    // chains·(G−1) <= 132 and chains·(2G−3) <= 264 (measured best on the H200 where measured)
     for (n, t, hv, g, l) in [
         (1usize, 65_536usize, 8usize, 9u64, 114u64), // 16 chains: G = 9 (pass 3 128 CTAs, pass 1 240)
-        (1, 8192, 8, 9, 15),
-        (1, 2048, 8, 4, 8),       // 32 chunks: 4 segments of 8
-        (2, 16_384, 8, 5, 26),    // 32 chains: G = 5 (pass 3 128, pass 1 224)
-        (1, 65_536, 3, 23, 45),   // odd HV: 6 chains (pass 3 132 CTAs, pass 1 258)
-        (1, 1 << 19, 2, 34, 241), // 4 chains (pass 3 132, pass 1 260)
+        (1, 8192, 8, 8, 16),                         // measured 167.7 us (G = 9: 169.8)
+        (1, 2048, 8, 4, 8),                          // 32 chunks: 4 segments of 8
+        (2, 16_384, 8, 5, 26),                       // 32 chains: G = 5 (pass 3 128, pass 1 224)
+        (1, 65_536, 3, 19, 54),                      // odd HV: 6 chains (cp beats chunk64 5x)
+        (1, 1 << 19, 2, 34, 241),                    // 4 chains (pass 3 132, pass 1 260)
     ] {
         let s = pre(n, t, hv, F32);
         let p = plan(&s);
@@ -497,12 +509,32 @@ fn context_parallel_for_few_long_sequences() {
         p.label(),
         "cp gdn_prefill64_prep+gdn_prefill64_cp_pass1_bf16+gdn_prefill64_cp_scan+gdn_prefill64_cp_pass3_bf16"
     );
-    assert!(p.why().starts_with("cp: 16 walk chains"), "{}", p.why());
-    // the rule reads only T and N: a skewed split of the same totals gets the same plan
+    assert!(p.why().starts_with("cp: estimate"), "{}", p.why());
+    assert!(p.why().contains("16 walk chains"), "{}", p.why());
+    // without a hint nothing but T and N is known: a skewed split of the same totals gets the same plan
     assert_eq!(
         plan(&pre(2, 16_384, 8, F32)).kind(),
         PlanKind::ContextParallel
     );
+    // with one: a long sequence among short ones is cut into segments of ITS length (measured: 44
+    // sequences, the longest 5,637 tokens: fused 281-433 us, cp 235-249)
+    let mixed = Shape {
+        max_seq_len: 5637,
+        ..pre(44, 8192, 8, F32)
+    };
+    assert_eq!(kind(&pre(44, 8192, 8, F32)), PlanKind::Fused);
+    let p = plan(&mixed);
+    let PrefillPlan::ContextParallel {
+        segments,
+        seg_chunks,
+        ..
+    } = &p
+    else {
+        panic!("expected cp for {mixed:?}: {}", p.why());
+    };
+    assert_eq!(5637u64.div_ceil(64).div_ceil(*seg_chunks), *segments);
+    assert!((4..=9).contains(segments), "{}", p.why());
+    assert!(p.why().contains("hinted"), "{}", p.why());
     // forced on short, many sequences: at least 3 segments (every pass has work), L >= 1
     let forced = choose_prefill(
         &pre(57, 57 * 150, 8, F32),

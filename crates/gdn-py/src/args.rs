@@ -315,6 +315,29 @@ pub fn check_inputs(
     })
 }
 
+/// Sets a prefill call's host-side length hint (`Dims::max_seq_len`): the stand-in `cu_seqlens` values say
+/// nothing about the real lengths, so without a hint the planner is told nothing. A hint above the token
+/// count cannot be right and is refused; one below the true longest length cannot be detected without
+/// reading `cu_seqlens` (a sync), and only costs speed.
+pub fn set_length_hint(c: &mut Checked, hint: Option<usize>) -> Result<(), ArgError> {
+    let p = &mut c.problem;
+    if p.def.op != Op::Prefill {
+        if hint.is_some() {
+            return Err(value(p.def.op, "max_seqlen", "is a prefill argument"));
+        }
+        return Ok(());
+    }
+    if let Some(h) = hint.filter(|&h| h > p.dims.total_tokens) {
+        return Err(value(
+            Op::Prefill,
+            "max_seqlen",
+            format!("{h} exceeds the {} tokens of the call", p.dims.total_tokens),
+        ));
+    }
+    p.dims.max_seq_len = hint;
+    Ok(())
+}
+
 /// The dtypes accepted for an input: the definition's, plus bf16 for the state (bf16-state extension).
 fn allowed(def: &Definition, s: &TensorSpec) -> Vec<DType> {
     if s.name == def.state_input() {

@@ -139,6 +139,7 @@ pub fn run(
                     workspace_bytes: workspace.map_or(0, Desc::numel),
                     num_seqs: p.dims.num_seqs,
                     total_tokens: p.dims.total_tokens,
+                    max_seq_len: p.dims.max_seq_len.unwrap_or(0),
                     num_q_heads: h.num_q_heads,
                     num_v_heads: h.num_v_heads,
                     head_size: h.head_size,

@@ -160,14 +160,21 @@ fn device_index(d: Device) -> i32 {
 
 /// Validates the inputs of one call. `inputs`: descriptors (or None) in the definition's input order
 /// without `scale`; `scale`: None or 0 = 1/sqrt(head_size); `serving`: MTP writes the final state back to
-/// the pool.
+/// the pool; `max_seq_len` (prefill): the caller's host-side length of the longest sequence (plan choice
+/// only), checked against the token count.
 #[pyfunction]
-#[pyo3(signature = (op, inputs, scale=None, serving=false))]
-fn plan(op: &str, inputs: Vec<Option<Desc>>, scale: Option<f32>, serving: bool) -> PyResult<Plan> {
+#[pyo3(signature = (op, inputs, scale=None, serving=false, max_seq_len=None))]
+fn plan(
+    op: &str,
+    inputs: Vec<Option<Desc>>,
+    scale: Option<f32>,
+    serving: bool,
+    max_seq_len: Option<usize>,
+) -> PyResult<Plan> {
     let op = parse_op(op)?;
-    Ok(Plan {
-        c: check_inputs(op, inputs, scale, serving)?,
-    })
+    let mut c = check_inputs(op, inputs, scale, serving)?;
+    args::set_length_hint(&mut c, max_seq_len)?;
+    Ok(Plan { c })
 }
 
 /// Why the CUDA backend cannot run here, or None when it can (loads the driver and NVRTC on first use).

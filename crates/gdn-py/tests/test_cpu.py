@@ -243,6 +243,22 @@ def test_prefill_zero_state_in_place_bf16():
     check_close(ns, rs, "new_state (bf16 state)", STATE_L2[BF16])
 
 
+def test_prefill_length_hint():
+    # max_seqlen steers the CUDA plan only: any value up to T gives the same results; above T it is refused
+    x = prefill_inputs([70, 3, 0, 20], 4, 8, seed=21)
+    ro, rs = ref_prefill(*x, None)
+    for hint in (None, 70, 1, 93):
+        o, ns = gdn.prefill(*x, max_seqlen=hint)
+        check_close(o, ro, f"output (max_seqlen={hint})", OUT_L2)
+        check_close(ns, rs, f"new_state (max_seqlen={hint})", STATE_L2[np.float32])
+    with pytest.raises(ValueError, match="argument 'max_seqlen': 94 exceeds the 93 tokens"):
+        gdn.prefill(*x, max_seqlen=94)
+    with pytest.raises(TypeError, match="max_seqlen"):
+        gdn.prefill(*x, max_seqlen=True)
+    with pytest.raises(TypeError, match="max_seqlen"):
+        gdn.prefill(*x, max_seqlen=70.0)
+
+
 def test_prefill_no_sequences():
     x = prefill_inputs([], 4, 8, seed=1)
     o, ns = gdn.prefill(*x)

@@ -291,8 +291,8 @@ def test_prefill_chunk64(H, HV, state_dtype):
 
 
 # The context-parallel plan (prep, pass 1, scan, pass 3; workspace from torch) is what the policy runs for few
-# long sequences: here 2 sequences x 2 value heads = 8 walk chains, ~63 chunks per sequence on average, so 7
-# segments of 9 chunks (policy.rs cp_segments): 6 and 9 segments of these two sequences.
+# long sequences: here 2 sequences x 2 value heads = 8 walk chains, 4000 tokens each on average, cut by the cost
+# model (cost.rs) into segments of 7 chunks: 7 and 12 segments of these two sequences.
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_prefill_context_parallel(state_dtype):
     x = prefill_inputs([3000, 5000], 1, 2, seed=16, state_dtype=state_dtype)
@@ -300,6 +300,29 @@ def test_prefill_context_parallel(state_dtype):
     ro, rs = ref_prefill(*x, None)
     close(o, ro, "output (cp)", OUT_L2)
     close(ns.float(), rs, "new_state (cp)", PREFILL_STATE_L2 if state_dtype == torch.float32 else BF16_L2)
+
+
+def _workspace_bytes(x, hint):
+    """Scratch the planned call needs (> 0: chunk64 / cp; 0: fused), through the binding's planner."""
+    names = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "cu_seqlens")
+    descs = [None if t is None else gdn._desc(t, n, "prefill") for n, t in zip(names, x)]
+    return gdn._gdn.plan("prefill", descs, None, False, hint).workspace_bytes
+
+
+# A long sequence among short ones: without max_seqlen the lengths are taken as equal (fused plan); with it the
+# long one is cut into segments (cp). Same results either way, and with a hint that is wrong (too small).
+def test_prefill_length_hint():
+    lens = [3700, 40, 300, 0, 860]
+    x = prefill_inputs(lens, 4, 8, seed=19)
+    assert _workspace_bytes(x, None) == 0 and _workspace_bytes(x, 3700) > 0
+    ro, rs = ref_prefill(*x, None)
+    for hint in (None, 3700, 1):
+        o, ns = gdn.prefill(*x, max_seqlen=hint)
+        close(o, ro, f"output (max_seqlen={hint})", OUT_L2)
+        close(ns, rs, f"new_state (max_seqlen={hint})", PREFILL_STATE_L2)
+    assert not ns[3].any()
+    with pytest.raises(ValueError, match="max_seqlen"):
+        gdn.prefill(*x, max_seqlen=sum(lens) + 1)
 
 
 # The two plans with a workspace, captured in a CUDA graph (the workspace comes from the graph's private pool; no

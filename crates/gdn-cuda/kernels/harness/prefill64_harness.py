@@ -3,7 +3,8 @@
 Run on the GPU machine from the repository root:
     PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill64_harness.py [selftest] [check] [time]
 (`selftest`: the wgmma descriptor layouts against torch matmuls; `ablate`: walk time with loads removed;
-CONFIGS=1x1024,... limits `time`.)
+CONFIGS=1x1024,... limits `time`; `mixlong`: every plan on the contest-like mix's 25 workloads of >= 2048 tokens,
+`contest_mix_long.json` = gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0), the seed `gdn bench` uses.)
 Reuses prefill_harness.py (inputs, float64 reference, comparison, bench inputs) and times prefill.cu's
 policy variant beside it in the same process. Kernel time = CUPTI (torch.profiler) sum of both kernels per call,
 L2 flushed (256 MB memset) before every call — the same method as shared/peers/bench_peers.py.
@@ -317,6 +318,48 @@ def timing(mod, v5):
                         for k, x in r.items() if k.startswith("cp_G")))
 
 
+def cp_L_max(lens, G):
+    """Segment length (chunks) that cuts the longest sequence into G segments."""
+    chunks = -(-max(lens) // C)
+    return max(1, -(-chunks // G))
+
+
+def mixlong(mod, v5):
+    """Plans on mixed-length workloads (one long sequence among short ones is typical): fused at every tile width,
+    chunk64, and cp with L cut from the LONGEST sequence (G segments of it) — the data for a length-aware rule."""
+    mix = json.load(open(os.path.join(HERE, "contest_mix_long.json")))
+    for name, lens in mix.items():
+        try:
+            inp = ph.bench_inputs(lens)
+            T, N = sum(lens), len(lens)
+            q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+            out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+            ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+            row = {"mix": name, "T": T, "N": N, "max_len": max(lens), "n": 15}
+            for bv in (16, 32, 64, 128):
+                _, _, t5 = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
+                row[f"fused_bv{bv}"] = statistics.median(t5)
+            prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
+            row["chunk64"] = statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)])
+            for G in (2, 3, 4, 6, 9, 12, 16):
+                L = cp_L_max(lens, G)
+                prep, wk, parts = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out,
+                                                           ns, cp_L=L), 15)
+                row[f"cp_G{G}"] = {"L": L, "median_us": statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)]),
+                                   "prep": statistics.median(prep),
+                                   **{k_: statistics.median(v_) for k_, v_ in parts.items()}}
+            RES["timings"].append(row)
+            best_cp = min((k_ for k_ in row if k_.startswith("cp_G")), key=lambda k_: row[k_]["median_us"])
+            log(f"mixlong {name:<22} max {max(lens):<5} " + " ".join(f"bv{bv} {row[f'fused_bv{bv}']:.1f}" for bv in (16, 32, 64, 128))
+                + f" chunk64 {row['chunk64']:.1f} " + " ".join(f"G{k_[4:]}/L{row[k_]['L']} {row[k_]['median_us']:.1f}"
+                                                               for k_ in row if k_.startswith("cp_G"))
+                + f"  best cp {best_cp}")
+        except Exception:
+            RES["errors"].append(f"mixlong {name}: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
+        save()
+
+
 def ablate():
     """Walk time of the wgmma walker with loads removed (results wrong; timing only): is it load- or issue-bound?"""
     cfgs = [("1x1024", [1024]), ("1x8192", [8192]), ("64x1024", [1024] * 64)]
@@ -397,6 +440,12 @@ def main():
         return
     if "check" in ARGS:
         check(mod)
+    if "mixlong" in ARGS:
+        try:
+            mixlong(mod, ph.Module(None))
+        except Exception:
+            RES["errors"].append("mixlong: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
     if "time" in ARGS:
         try:
             v5 = ph.Module(None)

@@ -108,9 +108,12 @@ def _stream(device):
     return _sys.modules["torch"].cuda.current_stream(device).cuda_stream
 
 
-def _run(fn, named, scale, output, state_out, state_in, serving=False, state_out_name="new_state"):
+def _run(fn, named, scale, output, state_out, state_in, serving=False, state_out_name="new_state",
+         max_seqlen=None):
     descs = [None if x is None else _desc(x, n, fn) for n, x in named]
-    plan = _gdn.plan(fn, descs, _scale(scale, fn), serving)
+    if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int)):
+        raise TypeError(f"gdn.{fn}: argument 'max_seqlen': expected an int or None, got {type(max_seqlen).__name__}")
+    plan = _gdn.plan(fn, descs, _scale(scale, fn), serving, max_seqlen)
     q = named[0][1]
     if output is None:
         output = _empty_like_family(q, plan.output_shape, q, None)
@@ -126,7 +129,7 @@ def _run(fn, named, scale, output, state_out, state_in, serving=False, state_out
         sd = _out_desc(state_out, state_out_name, fn)
     wd = None
     if fn == "prefill" and plan.device >= 0:
-        nbytes = plan.workspace_bytes  # non-zero only for the chunk64 plan
+        nbytes = plan.workspace_bytes  # non-zero only for the chunk64 and cp plans
         if nbytes:
             torch = _sys.modules["torch"]
             # lives until the launch is enqueued; torch's allocator orders its reuse on this stream
@@ -156,7 +159,8 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, output=None, new
     return _run("decode", named, scale, output, new_state, state)
 
 
-def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, output=None, new_state=None):
+def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, output=None, new_state=None,
+            max_seqlen=None):
     """Prefill of packed variable-length sequences, as the ``gdn_prefill_*`` definitions.
 
     Args:
@@ -168,17 +172,23 @@ def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, out
         scale: float; None or 0 means ``1/sqrt(D)``.
         output: optional ``[T, HV, D]`` bfloat16 destination.
         new_state: optional ``[N, HV, D, D]`` destination (may be ``state``: in place).
+        max_seqlen: optional int, the longest sequence's length in tokens when the caller knows it on the
+            host (as serving engines do). It only steers the plan choice — a wrong value costs speed, never
+            correctness; it is never read from ``cu_seqlens`` (that would synchronise). Without it the
+            lengths are taken as equal.
 
-    On CUDA the kernels run as one of two plans, chosen from the shape: "fused" (one kernel) or, for few
-    long sequences, "chunk64" (two kernels sharing a scratch workspace that is taken from torch's caching
-    allocator on the current stream; graph-capturable). ``GDN_KERNEL=<kernel name>`` forces either.
+    On CUDA the kernels run as one of three plans, chosen by a cost model from the shape (and
+    ``max_seqlen``): "fused" (one kernel), "cp" (context parallel, four kernels: long sequences cut into
+    segments walked in parallel) or, for an odd number of value heads, "chunk64" (two kernels). The
+    multi-kernel plans share a scratch workspace taken from torch's caching allocator on the current stream;
+    every plan is graph-capturable. ``GDN_KERNEL=<kernel name>`` forces a plan.
 
     Returns:
         ``(output, new_state)``. A zero-length sequence's ``new_state`` row is zero, as in the definition.
     """
     named = (("q", q), ("k", k), ("v", v), ("state", state), ("A_log", A_log), ("a", a),
              ("dt_bias", dt_bias), ("b", b), ("cu_seqlens", cu_seqlens))
-    return _run("prefill", named, scale, output, new_state, state)
+    return _run("prefill", named, scale, output, new_state, state, max_seqlen=max_seqlen)
 
 
 def mtp(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale=None,

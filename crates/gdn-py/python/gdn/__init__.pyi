@@ -39,12 +39,15 @@ def prefill(
     *,
     output: Optional[Tensor] = None,
     new_state: Optional[Tensor] = None,
+    max_seqlen: Optional[int] = None,
 ) -> Tuple[Tensor, Tensor]:
     """Packed varlen prefill (gdn_prefill_*): q, k [T,H,D] bf16; v [T,HV,D] bf16; state [N,HV,D,D] or None;
     a, b [T,HV] bf16; cu_seqlens [N+1] int64 on the tensors' device (values unchecked on CUDA).
     Returns (output [T,HV,D] bf16, new_state [N,HV,D,D]); zero-length sequences get a zero state row.
-    On CUDA, few long sequences run as the two-kernel "chunk64" plan with a scratch workspace from torch's
-    caching allocator (current stream; graph-capturable)."""
+    max_seqlen: the longest sequence's length when known on the host (plan choice only; 0 <= it <= T).
+    On CUDA a cost model picks the plan: "fused" (one kernel), "cp" (context parallel, four kernels) or,
+    for odd HV, "chunk64"; the multi-kernel plans take a scratch workspace from torch's caching allocator
+    (current stream; graph-capturable)."""
 
 def mtp(
     q: Tensor,

@@ -33,13 +33,14 @@ def _(q, k, v, state, A_log, a, dt_bias, b, scale=None):
 
 @torch.library.custom_op("gdn::prefill", mutates_args=())
 def prefill(q: Tensor, k: Tensor, v: Tensor, state: Optional[Tensor], A_log: Tensor, a: Tensor,
-            dt_bias: Tensor, b: Tensor, cu_seqlens: Tensor, scale: Optional[float] = None) -> Tuple[Tensor, Tensor]:
+            dt_bias: Tensor, b: Tensor, cu_seqlens: Tensor, scale: Optional[float] = None,
+            max_seqlen: Optional[int] = None) -> Tuple[Tensor, Tensor]:
     """gdn.prefill as a custom op: returns (output, new_state), both new tensors."""
-    return _prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale)
+    return _prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, max_seqlen=max_seqlen)
 
 
 @prefill.register_fake
-def _(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None):
+def _(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, max_seqlen=None):
     return v.new_empty(v.shape), _state_out(v, state, cu_seqlens.shape[0] - 1)
 
 
