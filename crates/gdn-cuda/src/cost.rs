@@ -1,8 +1,9 @@
 //! The prefill cost model: estimated kernel time (µs) of each prefill plan from what the host knows about a
 //! call — T tokens, N sequences, HV value heads, the SM count and, when the caller gives it, the length of
 //! the longest sequence (`Shape::max_seq_len`; otherwise the lengths are taken as equal, ceil(T/N)).
-//! `policy` runs the plan (and fused tile width / cp segment count) with the smallest estimate. Pure and
-//! GPU-free.
+//! `policy` runs the plan (and cp segment count) with the smallest estimate, and the fused tile width with
+//! the smallest estimate when the longest length is known (without it, a fill rule that hedges against
+//! skew: `policy::fused_tile`). Pure and GPU-free.
 //!
 //! Why a model rather than thresholds: a prefill call's time is set either by its longest sequence (the
 //! sequential chain of chunks) or by its total work spread over the SMs, and which one depends on the

@@ -12,10 +12,12 @@
 //!   T, N, HV, the SM count and — when the caller gives it — the longest sequence's length; calibrated on the
 //!   H200, results/prefill_plans.md):
 //!   - **fused** (`prefill.cu`, results/prefill_kernels.md): one kernel; each CTA owns BV value columns of
-//!     one (sequence, value head) and redoes the chunk preparation that all BV-tiles of a head share. BV =
-//!     the tile width with the smallest estimate: wide tiles do less work in all, narrow ones have a shorter
-//!     chain per chunk, so a long sequence among short ones wants narrow tiles. HV must be even (the kernel
-//!     copies gates as aligned bf16 pairs).
+//!     one (sequence, value head) and redoes the chunk preparation that all BV-tiles of a head share. With
+//!     the longest length known, BV = the tile width with the smallest estimate: wide tiles do less work in
+//!     all, narrow ones have a shorter chain per chunk, so a long sequence among short ones wants narrow
+//!     tiles. Without it, BV = the largest of {128, 64, 32, 16} with N·HV·128/BV ≥ 0.9·SMs, else 16 (a hedge
+//!     against skew the host cannot see; see `fused_tile`). HV must be even (the kernel copies gates as
+//!     aligned bf16 pairs).
 //!   - **chunk64** (`prefill64.cu`): two launches on the stream: `gdn_prefill64_prep` prepares every
 //!     64-token chunk of every (sequence, value head) into a device workspace in parallel over chunks, then
 //!     `gdn_prefill64_walk_{f32,bf16}` walks each sequence's chunks on wgmma (N·HV·2 CTAs, one warpgroup per
@@ -120,6 +122,9 @@ pub const RECURRENT_TABLE: &[(Family, StateDtype, u64, &str)] = &[
         "gdn_recurrent_bf16_tn_v4r4w2_lin",
     ),
 ];
+/// Prefill without a length hint: the widest tile whose grid reaches NUM/DEN of the SM count.
+pub const PREFILL_FILL_NUM: u64 = 9;
+pub const PREFILL_FILL_DEN: u64 = 10;
 /// Largest chunk64 workspace (bytes): a call that would need more is refused (forced) or, with an odd HV, rejected.
 pub const CHUNK64_WORKSPACE_CAP: u64 = 1 << 30;
 /// Forced cp plans (`gdn check`, overrides): at most this many segments per (average) sequence.
@@ -442,16 +447,53 @@ fn forced(name: &str, family: Family, state: StateDtype) -> Result<&'static Vari
     Ok(v)
 }
 
-/// The hot fused tile of the call's state dtype with the smallest estimate (ties: the widest), and it.
-fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64)> {
+/// The fused tile for `s` and its estimate (`cost::fused_us`), with why. With the longest sequence's length
+/// (`Shape::max_seq_len`): the tile with the smallest estimate (ties: the widest). Without it: the widest
+/// tile whose grid reaches 0.9 × the SMs (else the narrowest) — a hedge against unseen skew: the estimate
+/// under equal lengths picks wide tiles for 5–15 sequences that are 35–80% slower when one of them is long
+/// (measured on the contest-like mix: 5579 µs in all vs 5316 for this rule; results/prefill_plans.md).
+fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
     let mut tiles: Vec<&'static Variant> = registry::candidates(Family::Prefill, s.state)
         .filter(|v| v.hot)
         .collect();
     tiles.sort_by_key(|v| v.ctas_per_head); // widest tile first
-    tiles
-        .into_iter()
-        .map(|v| (v, cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms)))
-        .min_by(|a, b| a.1.total_cmp(&b.1))
+    let est = |v: &Variant| cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms);
+    if s.max_seq_len > 0 {
+        let (v, us) = tiles
+            .into_iter()
+            .map(|v| (v, est(v)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+        let why = format!(
+            "tile with the smallest estimate, {us:.0} us (longest sequence {} tokens, hinted)",
+            cost::Lengths::of(s).longest
+        );
+        return Some((v, us, why));
+    }
+    let ctas = |v: &Variant| {
+        let (x, y, z) = grid_of(v, s);
+        x * y * z
+    };
+    let fits = |v: &&&Variant| ctas(v) * PREFILL_FILL_DEN >= PREFILL_FILL_NUM * sms;
+    match tiles.iter().find(fits) {
+        Some(v) => Some((
+            v,
+            est(v),
+            format!(
+                "widest tile with {} CTAs >= 0.9 x {sms} SMs (no length hint)",
+                ctas(v)
+            ),
+        )),
+        None => tiles.last().map(|v| {
+            (
+                *v,
+                est(v),
+                format!(
+                    "narrowest tile: {} CTAs < 0.9 x {sms} SMs (no length hint)",
+                    ctas(v)
+                ),
+            )
+        }),
+    }
 }
 
 fn automatic(
@@ -465,20 +507,8 @@ fn automatic(
     };
     let sms = (caps.sm_count as u64).max(1);
     if family == Family::Prefill {
-        let (v, us) = fused_tile(s, sms).ok_or(none)?;
-        let l = cost::Lengths::of(s);
-        return Ok((
-            v,
-            format!(
-                "tile with the smallest estimate, {us:.0} us (longest sequence {} tokens{})",
-                l.longest,
-                if s.max_seq_len > 0 {
-                    ", hinted"
-                } else {
-                    ", lengths taken as equal"
-                }
-            ),
-        ));
+        let (v, _, why) = fused_tile(s, sms).ok_or(none)?;
+        return Ok((v, why));
     }
     let equiv = equivalent_batch(s.num_seqs as u64, s.num_v_heads as u64, sms);
     let row = RECURRENT_TABLE

@@ -100,9 +100,28 @@ fn equivalent_batch_scales_with_heads_and_sms() {
 }
 
 #[test]
+fn fused_tile_without_a_length_hint() {
+    // BV = largest with N * 8 * 128/BV >= 0.9 * 132 = 118.8 (a hedge against skew the host cannot see)
+    let p = |n| pick(&shape(Op::Prefill, n, 0, StateDtype::F32));
+    assert_eq!(p(1), "gdn_prefill_f32_bv16"); // 64 CTAs
+    assert_eq!(p(2), "gdn_prefill_f32_bv16"); // bv16 128 >= 118.8, bv32 64
+    assert_eq!(p(3), "gdn_prefill_f32_bv16"); // bv32 96
+    assert_eq!(p(4), "gdn_prefill_f32_bv32"); // bv32 128
+    assert_eq!(p(7), "gdn_prefill_f32_bv32"); // bv64 112
+    assert_eq!(p(8), "gdn_prefill_f32_bv64"); // bv64 128
+    assert_eq!(p(14), "gdn_prefill_f32_bv64"); // bv128 112
+    assert_eq!(p(15), "gdn_prefill_f32_bv128"); // bv128 120
+    assert_eq!(
+        pick(&shape(Op::Prefill, 57, 0, StateDtype::BF16)),
+        "gdn_prefill_bf16_bv128"
+    );
+}
+
+#[test]
 fn fused_tile_follows_the_cost_model() {
-    // the tile with the smallest cost::fused_us: wide tiles when there is work for every SM, narrow ones
-    // when a long chain dominates (each row is the measured-best tile on the H200, results/prefill_plans.md)
+    // with a hint: the tile with the smallest cost::fused_us: wide tiles when there is work for every SM,
+    // narrow ones when a long chain dominates (each row is the measured-best tile on the H200,
+    // results/prefill_plans.md); without one the anchors get the same tiles
     let p = |n, t, hint, st| {
         pick(&Shape {
             total_tokens: t,
@@ -111,20 +130,26 @@ fn fused_tile_follows_the_cost_model() {
         })
     };
     use StateDtype::{BF16, F32};
-    assert_eq!(p(1, 128, 0, F32), "gdn_prefill_f32_bv16");
-    assert_eq!(p(1, 1024, 0, F32), "gdn_prefill_f32_bv16");
-    assert_eq!(p(4, 8192, 0, F32), "gdn_prefill_f32_bv32");
-    assert_eq!(p(8, 65_536, 0, F32), "gdn_prefill_f32_bv64");
-    assert_eq!(p(32, 8192, 0, F32), "gdn_prefill_f32_bv128");
-    assert_eq!(p(30, 8120, 0, F32), "gdn_prefill_f32_bv128");
-    assert_eq!(p(64, 65_536, 0, F32), "gdn_prefill_f32_bv128");
-    assert_eq!(p(57, 57 * 150, 0, BF16), "gdn_prefill_bf16_bv128");
+    for (n, t, bv) in [
+        (1, 128, 16),
+        (1, 1024, 16),
+        (4, 8192, 32),
+        (8, 65_536, 64),
+        (32, 8192, 128),
+        (30, 8120, 128),
+        (64, 65_536, 128),
+    ] {
+        let want = format!("gdn_prefill_f32_bv{bv}");
+        assert_eq!(p(n, t, t.div_ceil(n), F32), want, "{n}x{t} hinted");
+        assert_eq!(p(n, t, 0, F32), want, "{n}x{t}");
+    }
+    assert_eq!(p(57, 57 * 150, 150, BF16), "gdn_prefill_bf16_bv128");
     // the same totals with one long sequence (the caller's hint): narrower tiles
     assert_eq!(p(40, 8192, 1972, F32), "gdn_prefill_f32_bv64"); // measured 133 us vs bv128 165
     assert_eq!(p(53, 8192, 4021, F32), "gdn_prefill_f32_bv32"); // 205 vs 312
                                                                 // a hint below the average length is no information; above T it is clamped
-    assert_eq!(p(32, 8192, 1, F32), p(32, 8192, 0, F32));
-    assert_eq!(p(1, 1024, 1 << 20, F32), p(1, 1024, 0, F32));
+    assert_eq!(p(32, 8192, 1, F32), p(32, 8192, 256, F32));
+    assert_eq!(p(1, 1024, 1 << 20, F32), p(1, 1024, 1024, F32));
     // an empty launch (no sequences) still has a variant, with nothing to launch
     assert!(
         choose(&shape(Op::Prefill, 0, 0, StateDtype::F32), &H100, None)
