@@ -7,7 +7,9 @@
 #   bash scripts/device_python.sh             # THERE (device run, carry [".whl/gdn"] or [".whl/gdn", ".peers2"]):
 #                                             # install the wheel, run tests/test_gpu.py, the call-overhead
 #                                             # measurement and, with .peers2 carried and PEERS=1, the side-by-side
-#                                             # bench_peers.py all. Results and logs land in $OUT.
+#                                             # bench_peers.py all; with PEERS_MIX=1, FlashInfer beside gdn on
+#                                             # the contest-like mix (scripts/peers_mix.py; a call carrying .peers1
+#                                             # must come first). Results and logs land in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,5 +51,11 @@ if [ "${PEERS:-0}" = 1 ] && [ -f .peers2/bench_peers.py ]; then
   else
     echo "==> bench_peers.py skipped: test_gpu.py failed"
   fi
+fi
+if [ "${PEERS_MIX:-0}" = 1 ] && [ -f .peers2/bench_peers.py ]; then
+  echo "==> peers_mix.py (FlashInfer and gdn on the contest-like mix)"
+  # shellcheck disable=SC1091
+  . .peers2/setup.sh
+  python3 scripts/peers_mix.py 2>&1 | tee "$OUT/peers_mix.log" | tail -30
 fi
 exit "$rc"

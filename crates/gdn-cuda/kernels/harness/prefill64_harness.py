@@ -3,8 +3,8 @@
 Run on the GPU machine from the repository root:
     PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill64_harness.py [selftest] [check] [time]
 (`selftest`: the wgmma descriptor layouts against torch matmuls; `ablate`: walk time with loads removed;
-CONFIGS=1x1024,... limits `time`; `mixlong`: every plan on the contest-like mix's 25 workloads of >= 2048 tokens,
-`contest_mix_long.json` = gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0), the seed `gdn bench` uses.)
+CONFIGS=1x1024,... limits `time`; `mixlong`: every plan on the contest-like mix's 25 workloads of >= 2048 tokens;
+`contest_mix.json` = the lengths of gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0), the seed `gdn bench` uses.)
 Reuses prefill_harness.py (inputs, float64 reference, comparison, bench inputs) and times prefill.cu's
 policy variant beside it in the same process. Kernel time = CUPTI (torch.profiler) sum of both kernels per call,
 L2 flushed (256 MB memset) before every call — the same method as shared/peers/bench_peers.py.
@@ -327,8 +327,8 @@ def cp_L_max(lens, G):
 def mixlong(mod, v5):
     """Plans on mixed-length workloads (one long sequence among short ones is typical): fused at every tile width,
     chunk64, and cp with L cut from the LONGEST sequence (G segments of it) — the data for a length-aware rule."""
-    mix = json.load(open(os.path.join(HERE, "contest_mix_long.json")))
-    for name, lens in mix.items():
+    mix = json.load(open(os.path.join(HERE, "contest_mix.json")))
+    for name, lens in ((n, l) for n, l in mix.items() if sum(l) >= 2048):
         try:
             inp = ph.bench_inputs(lens)
             T, N = sum(lens), len(lens)
