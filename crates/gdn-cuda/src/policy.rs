@@ -448,24 +448,41 @@ fn forced(name: &str, family: Family, state: StateDtype) -> Result<&'static Vari
 }
 
 /// The fused tile for `s` and its estimate (`cost::fused_us`), with why. With the longest sequence's length
-/// (`Shape::max_seq_len`): the tile with the smallest estimate (ties: the widest). Without it: the widest
-/// tile whose grid reaches 0.9 × the SMs (else the narrowest) — a hedge against unseen skew: the estimate
-/// under equal lengths picks wide tiles for 5–15 sequences that are 35–80% slower when one of them is long
-/// (measured on the contest-like mix: 5579 µs in all vs 5316 for this rule; results/prefill_plans.md).
+/// (`Shape::max_seq_len`): the tile with the smallest estimate (ties: the widest). Without it, the tile
+/// with the smallest estimate when that is the same for equal lengths and for one sequence holding all but
+/// N−1 tokens (the two extremes the host cannot tell apart; tiny calls); else the widest tile whose grid
+/// reaches 0.9 × the SMs (else the narrowest) — a hedge against unseen skew: the equal-length estimate
+/// alone picks wide tiles for 5–15 sequences that are 35–80% slower when one of them is long (contest-like
+/// mix: 5579 µs in all vs 5316 for the fill rule; results/prefill_plans.md).
 fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
     let mut tiles: Vec<&'static Variant> = registry::candidates(Family::Prefill, s.state)
         .filter(|v| v.hot)
         .collect();
     tiles.sort_by_key(|v| v.ctas_per_head); // widest tile first
-    let est = |v: &Variant| cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms);
+    let best = |s: &Shape| {
+        tiles
+            .iter()
+            .map(|v| (*v, cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    };
+    let (v, us) = best(s)?;
     if s.max_seq_len > 0 {
-        let (v, us) = tiles
-            .into_iter()
-            .map(|v| (v, est(v)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))?;
         let why = format!(
             "tile with the smallest estimate, {us:.0} us (longest sequence {} tokens, hinted)",
             cost::Lengths::of(s).longest
+        );
+        return Some((v, us, why));
+    }
+    let skewed = Shape {
+        max_seq_len: s
+            .total_tokens
+            .saturating_sub(s.num_seqs.saturating_sub(1))
+            .max(1),
+        ..s.clone()
+    };
+    if best(&skewed).is_some_and(|(w, _)| w.name == v.name) {
+        let why = format!(
+            "tile with the smallest estimate, {us:.0} us, for equal and for skewed lengths"
         );
         return Some((v, us, why));
     }
@@ -474,6 +491,7 @@ fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
         x * y * z
     };
     let fits = |v: &&&Variant| ctas(v) * PREFILL_FILL_DEN >= PREFILL_FILL_NUM * sms;
+    let est = |v: &Variant| cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms);
     match tiles.iter().find(fits) {
         Some(v) => Some((
             v,

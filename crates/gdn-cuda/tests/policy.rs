@@ -101,20 +101,34 @@ fn equivalent_batch_scales_with_heads_and_sms() {
 
 #[test]
 fn fused_tile_without_a_length_hint() {
-    // BV = largest with N * 8 * 128/BV >= 0.9 * 132 = 118.8 (a hedge against skew the host cannot see)
-    let p = |n| pick(&shape(Op::Prefill, n, 0, StateDtype::F32));
-    assert_eq!(p(1), "gdn_prefill_f32_bv16"); // 64 CTAs
-    assert_eq!(p(2), "gdn_prefill_f32_bv16"); // bv16 128 >= 118.8, bv32 64
-    assert_eq!(p(3), "gdn_prefill_f32_bv16"); // bv32 96
-    assert_eq!(p(4), "gdn_prefill_f32_bv32"); // bv32 128
-    assert_eq!(p(7), "gdn_prefill_f32_bv32"); // bv64 112
-    assert_eq!(p(8), "gdn_prefill_f32_bv64"); // bv64 128
-    assert_eq!(p(14), "gdn_prefill_f32_bv64"); // bv128 112
-    assert_eq!(p(15), "gdn_prefill_f32_bv128"); // bv128 120
-    assert_eq!(
-        pick(&shape(Op::Prefill, 57, 0, StateDtype::BF16)),
-        "gdn_prefill_bf16_bv128"
-    );
+    // N sequences of 1024 tokens on average: BV = largest with N * 8 * 128/BV >= 0.9 * 132 = 118.8 (a
+    // hedge against skew the host cannot see)
+    let p = |n: usize, st| {
+        pick(&Shape {
+            total_tokens: n * 1024,
+            ..shape(Op::Prefill, n, 0, st)
+        })
+    };
+    use StateDtype::{BF16, F32};
+    assert_eq!(p(1, F32), "gdn_prefill_f32_bv16"); // 64 CTAs
+    assert_eq!(p(2, F32), "gdn_prefill_f32_bv16"); // bv16 128 >= 118.8, bv32 64
+    assert_eq!(p(3, F32), "gdn_prefill_f32_bv16"); // bv32 96
+    assert_eq!(p(4, F32), "gdn_prefill_f32_bv32"); // bv32 128
+    assert_eq!(p(7, F32), "gdn_prefill_f32_bv32"); // bv64 112
+    assert_eq!(p(8, F32), "gdn_prefill_f32_bv64"); // bv64 128
+    assert_eq!(p(14, F32), "gdn_prefill_f32_bv64"); // bv128 112
+    assert_eq!(p(15, F32), "gdn_prefill_f32_bv128"); // bv128 120
+    assert_eq!(p(57, BF16), "gdn_prefill_bf16_bv128");
+    // tiny calls, where no split of the tokens changes the best tile: that tile (one wave of CTAs; measured
+    // 5 sequences of 9 tokens: bv64 6.8 us, the fill rule's bv32 10.0)
+    let tiny = |n, t| {
+        pick(&Shape {
+            total_tokens: t,
+            ..shape(Op::Prefill, n, 0, F32)
+        })
+    };
+    assert_eq!(tiny(5, 9), "gdn_prefill_f32_bv64");
+    assert_eq!(tiny(14, 14), "gdn_prefill_f32_bv128");
 }
 
 #[test]
