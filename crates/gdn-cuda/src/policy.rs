@@ -36,7 +36,8 @@
 //! * An override (`GDN_KERNEL=<name>`, passed in by the caller) picks a variant by name; it must be of the
 //!   right family and state dtype, and still passes every limit check. For prefill, naming a `gdn_prefill_*`
 //!   kernel forces the fused plan with that kernel; naming `gdn_prefill64_prep` or the walk of the call's
-//!   state dtype forces the chunk64 plan.
+//!   state dtype forces the chunk64 plan; naming a `gdn_prefill64_cp_*` kernel forces cp (segments by
+//!   `cp_forced_segments`).
 //! * Grid limits: gridDim.x ≤ 2³¹−1, gridDim.y/z ≤ 65 535; dynamic shared memory ≤ the device's opt-in limit.
 
 use crate::cost;
@@ -352,7 +353,7 @@ pub fn cp_seg_chunks(s: &Shape, segments: u64) -> u64 {
 
 /// Chooses the kernel for `s` on a device with `caps`; `force` names a variant to use instead.
 /// For prefill this is the kernel of the *fused* plan only: prefill calls go through [`choose_prefill`],
-/// which decides between the fused and the chunk64 plans.
+/// which decides between the fused, chunk64 and cp plans.
 pub fn choose(s: &Shape, caps: &DeviceCaps, force: Option<&str>) -> Result<Choice, Rejection> {
     check_call(s, caps)?;
     if s.op == Op::Prefill && !s.num_v_heads.is_multiple_of(2) {
