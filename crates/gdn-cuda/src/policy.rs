@@ -460,10 +460,11 @@ fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
         .filter(|v| v.hot)
         .collect();
     tiles.sort_by_key(|v| v.ctas_per_head); // widest tile first
+    let est = |s: &Shape, v: &Variant| cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms);
     let best = |s: &Shape| {
         tiles
             .iter()
-            .map(|v| (*v, cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms)))
+            .map(|v| (*v, est(s, v)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
     };
     let (v, us) = best(s)?;
@@ -492,11 +493,10 @@ fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
         x * y * z
     };
     let fits = |v: &&&Variant| ctas(v) * PREFILL_FILL_DEN >= PREFILL_FILL_NUM * sms;
-    let est = |v: &Variant| cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms);
     match tiles.iter().find(fits) {
         Some(v) => Some((
             v,
-            est(v),
+            est(s, v),
             format!(
                 "widest tile with {} CTAs >= 0.9 x {sms} SMs (no length hint)",
                 ctas(v)
@@ -505,7 +505,7 @@ fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
         None => tiles.last().map(|v| {
             (
                 *v,
-                est(v),
+                est(s, v),
                 format!(
                     "narrowest tile: {} CTAs < 0.9 x {sms} SMs (no length hint)",
                     ctas(v)
