@@ -369,7 +369,7 @@ impl PrefillArgs {
             scale: self.scale,
             num_q_heads: self.num_q_heads as i32,
             num_v_heads: self.num_v_heads as i32,
-            pad0: 0,
+            lead_rows: self.total_tokens.min(crate::registry::prefill::CHUNK) as i32,
         }
     }
 

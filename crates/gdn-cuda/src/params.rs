@@ -108,8 +108,9 @@ pub struct PrefillParams {
     pub num_q_heads: i32,
     /// HV
     pub num_v_heads: i32,
-    /// explicit padding (0)
-    pub pad0: i32,
+    /// min(T, 16): token rows that exist in q/k/v/a/b whatever `cu_seqlens` says, so that sequence 0's first
+    /// chunk can be loaded before `cu_seqlens` arrives (0 disables that)
+    pub lead_rows: i32,
 }
 
 const _: () = {
@@ -129,7 +130,7 @@ const _: () = {
     assert!(offset_of!(PrefillParams, scale) == 96);
     assert!(offset_of!(PrefillParams, num_q_heads) == 100);
     assert!(offset_of!(PrefillParams, num_v_heads) == 104);
-    assert!(offset_of!(PrefillParams, pad0) == 108);
+    assert!(offset_of!(PrefillParams, lead_rows) == 108);
 };
 
 /// `struct Prefill64Params` of `kernels/prefill64.cu` (both kernels of the chunk64 prefill plan), 128 bytes.

@@ -137,6 +137,13 @@ const WARP: u32 = 32;
 /// The launch constants of `prefill64.cu`, in one place. Each is also the C++ constant named beside it,
 /// and the compile of `prefill64.cu` fails (`gdn_registry_check`, with both numbers) if they disagree:
 /// after changing the kernel, change the number here.
+/// Facts of `prefill.cu` (the fused kernels) the runtime relies on besides the launch table.
+pub mod prefill {
+    /// Tokens per chunk (`gdn_prefill::C`): also the most leading token rows the kernels load before
+    /// reading `cu_seqlens` (`PrefillParams::lead_rows`).
+    pub const CHUNK: usize = 16;
+}
+
 pub mod prefill64 {
     /// Dynamic shared memory of `gdn_prefill64_prep` (bytes) = `gdn_prefill64::PREP_SMEM`.
     pub const PREP_SMEM: u32 = 35_328;

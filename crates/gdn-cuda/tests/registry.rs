@@ -161,7 +161,7 @@ fn params_offsets_match_the_cuda_comments() {
         offset_of!(PrefillParams, scale),
         offset_of!(PrefillParams, num_q_heads),
         offset_of!(PrefillParams, num_v_heads),
-        offset_of!(PrefillParams, pad0),
+        offset_of!(PrefillParams, lead_rows),
     ];
     assert_eq!(
         commented_offsets(s.get("prefill.cu").unwrap(), "PrefillParams"),
@@ -198,4 +198,20 @@ fn params_offsets_match_the_cuda_comments() {
             "{file}: missing `{text}`"
         );
     }
+}
+
+/// `lead_rows` tells the fused kernels how many leading token rows exist in the tensors whatever
+/// `cu_seqlens` says (they load sequence 0's first chunk before reading it): never more than T, never more
+/// than one chunk, 0 for an empty batch.
+#[test]
+fn prefill_lead_rows_are_bounded_by_the_tensors_and_one_chunk() {
+    use gdn_cuda::launch::PrefillArgs;
+    for (t, want) in [(0usize, 0i32), (1, 1), (15, 15), (16, 16), (17, 16), (1 << 40, 16)] {
+        let args = PrefillArgs {
+            total_tokens: t,
+            ..Default::default()
+        };
+        assert_eq!(args.params().lead_rows, want, "T = {t}");
+    }
+    assert_eq!(registry::prefill::CHUNK, 16);
 }

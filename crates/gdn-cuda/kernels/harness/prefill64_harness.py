@@ -4,6 +4,7 @@ Run on the GPU machine from the repository root:
     PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill64_harness.py [selftest] [check] [time]
 (`selftest`: the wgmma descriptor layouts against torch matmuls; `ablate`: walk time with loads removed;
 CONFIGS=1x1024,... limits `time`; `mixlong`: every plan on the contest-like mix's 25 workloads of >= 2048 tokens;
+`mixshort`: the fused kernel at every tile width on its 75 workloads of < 2048 tokens;
 `contest_mix.json` = the lengths of gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0), the seed `gdn bench` uses.)
 Reuses prefill_harness.py (inputs, float64 reference, comparison, bench inputs) and times prefill.cu's
 policy variant beside it in the same process. Kernel time = CUPTI (torch.profiler) sum of both kernels per call,
@@ -360,6 +361,30 @@ def mixlong(mod, v5):
         save()
 
 
+def mixshort(v5):
+    """The fused kernel at every tile width on the contest-like mix's 75 workloads of < 2048 tokens (where cp and
+    chunk64 never win): the data for the cost model's short and medium range (tests/cost.rs)."""
+    mix = json.load(open(os.path.join(HERE, "contest_mix.json")))
+    for name, lens in ((n, l) for n, l in mix.items() if sum(l) < 2048):
+        try:
+            inp = ph.bench_inputs(lens)
+            T, N = sum(lens), len(lens)
+            q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+            out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+            ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+            row = {"mix": name, "T": T, "N": N, "max_len": max(lens), "n": 15}
+            for bv in (16, 32, 64, 128):
+                _, _, t5 = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
+                row[f"fused_bv{bv}"] = statistics.median(t5)
+            RES["timings"].append(row)
+            log(f"mixshort {name:<22} N {N:<3} T {T:<5} max {max(lens):<5} "
+                + " ".join(f"bv{bv} {row[f'fused_bv{bv}']:.1f}" for bv in (16, 32, 64, 128)))
+        except Exception:
+            RES["errors"].append(f"mixshort {name}: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
+    save()
+
+
 def ablate():
     """Walk time of the wgmma walker with loads removed (results wrong; timing only): is it load- or issue-bound?"""
     cfgs = [("1x1024", [1024]), ("1x8192", [8192]), ("64x1024", [1024] * 64)]
@@ -445,6 +470,12 @@ def main():
             mixlong(mod, ph.Module(None))
         except Exception:
             RES["errors"].append("mixlong: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
+    if "mixshort" in ARGS:
+        try:
+            mixshort(ph.Module(None))
+        except Exception:
+            RES["errors"].append("mixshort: " + traceback.format_exc()[-2000:])
             log("ERROR", RES["errors"][-1])
     if "time" in ARGS:
         try:

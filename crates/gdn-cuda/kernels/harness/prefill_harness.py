@@ -3,6 +3,11 @@
 Run on the GPU machine from the repository root:
     PYTHONUNBUFFERED=1 [NP_SWEEP=3,4,5] python3 crates/gdn-cuda/kernels/harness/prefill_harness.py [check] [time] [sweep] [small] [prof]
   NP_SWEEP   also compile modules with -DGDN_NP=n (n = 1..6; every variant forced to n producers) and check/time them.
+  DEFS_SWEEP also compile one module per comma-separated item, each a '+'-joined list of defines (e.g.
+             DEFS_SWEEP=GDN_WGMMA=0,GDN_WGMMA=0+GDN_UPD_HILO=1; not GDN_NP: use NP_SWEEP), and check/time them
+             beside the production build.
+  SAVE_CUBIN=1 writes each module's CUBIN to $OUT (prefill<tag>.cubin) for cuobjdump -sass.
+  SHORT=1    `time` also runs short single chains and a small batch (1x16, 1x64, 1x259, 1x589, 8x128).
   repro      raw-q/k [3,1,2] investigation: 50 bitwise runs per case/BV interleaved with unrelated launches, error vs
              the fp64 reference and vs an fp64 emulation of the kernel's bf16 rounding points, v5 vs GDN_UPD_HILO=1
              (also timed at 1x128 / 1x1024). `dump` (REPRO_TAG=name, REPRO_HILO=1): one launch saved for a
@@ -104,6 +109,7 @@ def include_dirs():
 class Module:
     def __init__(self, np_, defines=()):
         self.np = np_  # None: the per-variant defaults (production); n: -DGDN_NP=n for every variant
+        self.tag = (f"NP{np_}f" if np_ else "") + "".join(f"[{d}]" for d in defines)  # label in logs and JSON
         opts = [b"-arch=sm_90a", b"-std=c++17"] + ([f"-DGDN_NP={np_}".encode()] if np_ else []) + \
             [f"-D{d}".encode() for d in defines] + [f"-I{d}".encode() for d in include_dirs()]
         if "prof" in ARGS:
@@ -122,6 +128,9 @@ class Module:
         n = _ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
         cubin = b" " * n
         _ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
+        if os.environ.get("SAVE_CUBIN"):  # for cuobjdump -sass on the device
+            with open(f"{OUT}/prefill{self.tag or '_prod'}.cubin", "wb") as f:
+                f.write(cubin)
         self.module = _ok(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
         self.fns = {}
         regs, local = {}, {}
@@ -135,7 +144,7 @@ class Module:
             regs[name] = _ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "regs")
             local[name] = _ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "local")
             self.fns[(st, bv)] = f
-        RES["compile"][f"NP{np_}"] = {"seconds": time.time() - t, "regs": regs, "local_bytes": local}
+        RES["compile"][f"NP{np_}{self.tag}"] = {"seconds": time.time() - t, "regs": regs, "local_bytes": local}
         log(f"compiled NP={np_} in {time.time() - t:.2f}s regs {set(regs.values())} local {set(local.values())}")
 
     def launch(self, st, bv, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state):
@@ -143,7 +152,8 @@ class Module:
         H, HV = q.shape[1], v.shape[1]
         ptr = lambda x: 0 if x is None else x.data_ptr()
         raw = struct.pack("<11Qq f i i i", ptr(q), ptr(k), ptr(v), ptr(a), ptr(b), ptr(A_log), ptr(dt_bias),
-                          ptr(cu_seqlens), ptr(state), ptr(new_state), ptr(out), N, float(scale), H, HV, 0)
+                          ptr(cu_seqlens), ptr(state), ptr(new_state), ptr(out), N, float(scale), H, HV,
+                          min(q.shape[0], 16))  # lead_rows
         assert len(raw) == 112
         buf = ctypes.create_string_buffer(raw, len(raw))
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
@@ -281,11 +291,11 @@ def check(mods):
                         ro2, rs2 = reference(*inp2)
                     else:
                         ro2, rs2 = ro, rs
-                    row = {"case": name, "variant": f"{st}_bv{bv}", "NP": np_of(bv, mod.np),
+                    row = {"case": name, "variant": f"{st}_bv{bv}{mod.tag}", "NP": np_of(bv, mod.np),
                            "out": compare(o, ro2), "state": compare(ns, rs2)}
                     RES["checks"].append(row)
                     ok = row["out"]["n_fail_tol"] == 0 and row["state"]["n_fail_tol"] == 0
-                    log(f"check NP{np_of(bv, mod.np)}{'' if mod.np is None else 'f'} {st}_bv{bv:<3} {name:<24} out {row['out']['rel_l2']:.2e} "
+                    log(f"check NP{np_of(bv, mod.np)}{mod.tag} {st}_bv{bv:<3} {name:<24} out {row['out']['rel_l2']:.2e} "
                         f"state {row['state']['rel_l2']:.2e} fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']} "
                         f"nan {row['out']['n_nan']}/{row['state']['n_nan']} {'OK' if ok else 'FAIL'}")
                 except Exception:
@@ -299,7 +309,7 @@ def check(mods):
         for mod in mods[:1]:
             for st, bv in [("f32", 16), ("f32", 128)]:
                 o, ns = run_case(mod, st, bv, inp)
-                row = {"case": "long16k slow", "variant": f"{st}_bv{bv}", "NP": np_of(bv, mod.np),
+                row = {"case": "long16k slow", "variant": f"{st}_bv{bv}{mod.tag}", "NP": np_of(bv, mod.np),
                        "out": compare(o, ro), "out_last1k": compare(o[-1024:], ro[-1024:]), "state": compare(ns, rs)}
                 RES["checks"].append(row)
                 log(f"check long16k {st}_bv{bv} out {row['out']['rel_l2']:.2e} last1k {row['out_last1k']['rel_l2']:.2e} "
@@ -312,6 +322,32 @@ def check(mods):
         log("determinism", RES["checks"][-1])
     except Exception:
         RES["errors"].append("long: " + traceback.format_exc()[-1500:])
+        log("ERROR", RES["errors"][-1])
+    # isolation (v6: sequence 0's first chunk is loaded before cu_seqlens): a 5-token sequence 0 followed by a
+    # sequence whose q/k/v/a/b are NaN; sequence 0's outputs and state must equal a run of it alone.
+    try:
+        inp = list(make_inputs([5, 20], 4, 8, seed=5, state=True, gates="bench"))
+        for i in (0, 1, 2, 5, 7):
+            inp[i] = inp[i].clone()
+            inp[i][5:] = float("nan")
+        alone = list(inp)
+        for i in (0, 1, 2, 5, 7):
+            alone[i] = inp[i][:5]
+        alone[3], alone[8] = inp[3][:1], inp[8][:2]
+        ro, rs = reference(*alone)
+        for mod in mods[:1]:
+            for st, bv in VARIANTS:
+                if st != "f32" or (st, bv) not in mod.fns:
+                    continue
+                o, ns = run_case(mod, st, bv, inp)
+                row = {"case": "seq0 short, NaN neighbour", "variant": f"{st}_bv{bv}{mod.tag}",
+                       "out": compare(o[:5], ro), "state": compare(ns[:1], rs)}
+                RES["checks"].append(row)
+                ok = row["out"]["n_fail_tol"] == 0 and row["state"]["n_fail_tol"] == 0
+                log(f"check isolation {st}_bv{bv} out {row['out']['rel_l2']:.2e} state {row['state']['rel_l2']:.2e} "
+                    f"fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']} {'OK' if ok else 'FAIL'}")
+    except Exception:
+        RES["errors"].append("isolation: " + traceback.format_exc()[-1500:])
         log("ERROR", RES["errors"][-1])
     # unnormalised q/k (contest 'random' workloads), short
     try:
@@ -500,6 +536,8 @@ def timing(mods, sweep=False):
     mix = [rnd.randint(8, 600) for _ in range(30)]
     configs = [("1x128", [128]), ("1x1024", [1024]), ("1x8192", [8192]), ("4x2048", [2048] * 4),
                ("32x256", [256] * 32), ("mix30", mix), ("1x65536", [65536]), ("64x1024", [1024] * 64)]
+    if os.environ.get("SHORT"):
+        configs += [("1x16", [16]), ("1x64", [64]), ("1x259", [259]), ("1x589", [589]), ("8x128", [128] * 8)]
     best = {}
     for cname, lens in configs:
         inp = bench_inputs(lens)
@@ -520,17 +558,17 @@ def timing(mods, sweep=False):
                     fn = lambda: mod.launch(st, bv, q, k, v, s0, A_log, a, dt_bias, b, cu_, scale, out, ns)
                     ts = kernel_times(fn, iters=15 if T > 30000 else 25)
                     ts.sort()
-                    row = {"config": cname, "T": T, "N": N, "variant": f"{st}_bv{bv}", "NP": np_of(bv, mod.np),
+                    row = {"config": cname, "T": T, "N": N, "variant": f"{st}_bv{bv}{mod.tag}", "NP": np_of(bv, mod.np),
                            "median_us": statistics.median(ts), "p10_us": ts[len(ts) // 10],
                            "p90_us": ts[(9 * len(ts)) // 10], "n": len(ts),
                            "io_GBps": (T * 6144 + N * 8 * 65536 * (2 if st == "f32" else 1) * 2) / statistics.median(ts) / 1e3}
                     RES["timings"].append(row)
-                    log(f"time {cname:<8} NP{np_of(bv, mod.np)}{'' if mod.np is None else 'f'} {st}_bv{bv:<3} median {row['median_us']:8.1f} us "
+                    log(f"time {cname:<8} NP{np_of(bv, mod.np)}{mod.tag} {st}_bv{bv:<3} median {row['median_us']:8.1f} us "
                         f"(p10 {row['p10_us']:.1f} p90 {row['p90_us']:.1f})")
                     if st == "f32":
                         key = cname
                         if key not in best or row["median_us"] < best[key][0]:
-                            best[key] = (row["median_us"], f"NP{np_of(bv, mod.np)}{'' if mod.np is None else 'f'}_bv{bv}")
+                            best[key] = (row["median_us"], f"NP{np_of(bv, mod.np)}{mod.tag}_bv{bv}")
                 except Exception:
                     RES["errors"].append(f"time {cname} {st}_bv{bv}: " + traceback.format_exc()[-1500:])
                     log("ERROR", RES["errors"][-1])
@@ -539,15 +577,16 @@ def timing(mods, sweep=False):
     print(f"{'config':<9} {'best us':>9} {'variant':<10} {'target':>7} {'FlashInfer':>10}")
     for cname, _ in configs:
         if cname in best:
-            print(f"{cname:<9} {best[cname][0]:9.1f} {best[cname][1]:<10} {TARGET[cname]:7} {PEERS[cname]:10}")
+            print(f"{cname:<9} {best[cname][0]:9.1f} {best[cname][1]:<10} {TARGET.get(cname, '-'):>7} {PEERS.get(cname, '-'):>10}")
 
 
 def main():
     mods = []
     nps = [None] + [int(x) for x in os.environ.get("NP_SWEEP", "").split(",") if x]
-    for np_ in nps:
+    builds = [(n, ()) for n in nps] + [(None, tuple(d.split("+"))) for d in os.environ.get("DEFS_SWEEP", "").split(",") if d]
+    for np_, defs in builds:
         try:
-            mods.append(Module(np_))
+            mods.append(Module(np_, defines=defs))
         except Exception as e:
             RES["errors"].append(f"compile NP{np_}: " + repr(e)[-4000:])
             log("COMPILE ERROR", repr(e)[-4000:])
