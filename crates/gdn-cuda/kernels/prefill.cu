@@ -368,13 +368,15 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         unsigned char* scr = smem + R * SL::BYTES + pw * PS_BYTES;
         const float dtb = p.dt_bias[h], alog = p.A_log[h];
         // Prologue: this producer's first chunk pw (< R: its slot is free) starts loading; one group per chunk.
-        // (spec: chunk 0 is in flight already; a sequence 0 that does not start at token 0 waits and reloads it.)
-        if (spec && bos != 0) {
+        // spec: chunk 0 is in flight already (spec_ok), unless sequence 0 does not start at token 0: then those
+        // copies are drained and the chunk loads as usual.
+        const bool spec_ok = spec && bos == 0;
+        if (spec && !spec_ok) {
             cp_async_commit();
             cp_async_wait<0>();
             __syncwarp();
         }
-        if (pw < nch && !(spec && bos == 0)) load_chunk<BV>(p, smem + (pw % R) * SL::BYTES, bos + (i64)pw * C, eos, hq, h, v0, lane);
+        if (pw < nch && !spec_ok) load_chunk<BV>(p, smem + (pw % R) * SL::BYTES, bos + (i64)pw * C, eos, hq, h, v0, lane);
         cp_async_commit();
         for (int j = pw; j < nch; j += NP) {
             // Start the loads of this producer's next chunk jn = j + NP before computing chunk j, so that they
@@ -389,7 +391,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             cp_async_wait<1>();  // chunk j has landed (this lane's copies); chunk jn may still be in flight
             __syncwarp();
             const i64 rem = len - (i64)j * C;
-            if (spec && bos == 0 && j == 0 && rem < C) {  // the speculative rows [len, 16) belong to sequence 1: zero them
+            if (spec_ok && j == 0 && rem < C) {  // the speculative rows [len, 16) are not sequence 0's: zero them
                 zero_rows<BV>(smem, (int)rem, lane);
                 __syncwarp();
             }

@@ -206,7 +206,14 @@ fn params_offsets_match_the_cuda_comments() {
 #[test]
 fn prefill_lead_rows_are_bounded_by_the_tensors_and_one_chunk() {
     use gdn_cuda::launch::PrefillArgs;
-    for (t, want) in [(0usize, 0i32), (1, 1), (15, 15), (16, 16), (17, 16), (1 << 40, 16)] {
+    for (t, want) in [
+        (0usize, 0i32),
+        (1, 1),
+        (15, 15),
+        (16, 16),
+        (17, 16),
+        (1 << 40, 16),
+    ] {
         let args = PrefillArgs {
             total_tokens: t,
             ..Default::default()
