@@ -182,14 +182,7 @@ fn find_nvrtc(tried: &mut Vec<String>) -> Option<(Library, String)> {
         Err(e) => tried.push(format!("the dynamic loader's path ({e})")),
     }
     // 4. PyPI wheels
-    let mut sites = guess_site_dirs();
-    if !sites.iter().any(|s| s.join(WHEEL_ROOT).is_dir()) {
-        for s in python_sys_path() {
-            if !sites.contains(&s) {
-                sites.push(s);
-            }
-        }
-    }
+    let sites = wheel_sites("lib");
     let mut wheel_dirs = 0;
     for s in &sites {
         let dir = s.join(WHEEL_ROOT).join("lib");
@@ -222,6 +215,21 @@ fn loaded_path(soname: &str) -> Option<String> {
         .filter_map(|l| l.split_whitespace().nth(5))
         .find(|p| p.ends_with(&format!("/{soname}")))
         .map(str::to_string)
+}
+
+/// Site-packages folders to search for the wheels' `nvidia/cu13/<sub>`: the guessed ones, plus the `sys.path`
+/// of `python3` when no guessed folder has that very subfolder (a user site holding only another CUDA wheel,
+/// e.g. `nvidia/cu13/bin` from cuobjdump, must not hide the interpreter's NVRTC).
+fn wheel_sites(sub: &str) -> Vec<PathBuf> {
+    let mut sites = guess_site_dirs();
+    if !sites.iter().any(|s| s.join(WHEEL_ROOT).join(sub).is_dir()) {
+        for s in python_sys_path() {
+            if !sites.contains(&s) {
+                sites.push(s);
+            }
+        }
+    }
+    sites
 }
 
 /// Site-packages folders that can be guessed without running Python.
@@ -294,11 +302,7 @@ fn find_include(nvrtc_path: &Path) -> (Option<PathBuf>, Vec<String>) {
             cands.push((var.into(), root.join("include")));
         }
     }
-    let mut sites = guess_site_dirs();
-    if !sites.iter().any(|s| s.join(WHEEL_ROOT).is_dir()) {
-        sites.extend(python_sys_path());
-    }
-    for s in sites {
+    for s in wheel_sites("include") {
         let d = s.join(WHEEL_ROOT).join("include");
         if d.is_dir() {
             cands.push(("wheel".into(), d));
