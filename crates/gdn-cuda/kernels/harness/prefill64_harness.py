@@ -325,21 +325,29 @@ def cp_L_max(lens, G):
     return max(1, -(-chunks // G))
 
 
+def mix_fused_row(v5, name, lens):
+    """Inputs (bench_peers') and outputs of one mix workload, and a row with the fused kernel's median time at
+    every tile width: what `mixlong` and `mixshort` both start from."""
+    inp = ph.bench_inputs(lens)
+    T, N = sum(lens), len(lens)
+    q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+    out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+    ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+    row = {"mix": name, "T": T, "N": N, "max_len": max(lens), "n": 15}
+    for bv in (16, 32, 64, 128):
+        _, _, t5 = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
+        row[f"fused_bv{bv}"] = statistics.median(t5)
+    return inp, out, ns, row
+
+
 def mixlong(mod, v5):
     """Plans on mixed-length workloads (one long sequence among short ones is typical): fused at every tile width,
     chunk64, and cp with L cut from the LONGEST sequence (G segments of it) — the data for a length-aware rule."""
     mix = json.load(open(os.path.join(HERE, "contest_mix.json")))
     for name, lens in ((n, l) for n, l in mix.items() if sum(l) >= 2048):
         try:
-            inp = ph.bench_inputs(lens)
-            T, N = sum(lens), len(lens)
+            inp, out, ns, row = mix_fused_row(v5, name, lens)
             q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
-            out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
-            ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
-            row = {"mix": name, "T": T, "N": N, "max_len": max(lens), "n": 15}
-            for bv in (16, 32, 64, 128):
-                _, _, t5 = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
-                row[f"fused_bv{bv}"] = statistics.median(t5)
             prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
             row["chunk64"] = statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)])
             for G in (2, 3, 4, 6, 9, 12, 16):
@@ -367,17 +375,9 @@ def mixshort(v5):
     mix = json.load(open(os.path.join(HERE, "contest_mix.json")))
     for name, lens in ((n, l) for n, l in mix.items() if sum(l) < 2048):
         try:
-            inp = ph.bench_inputs(lens)
-            T, N = sum(lens), len(lens)
-            q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
-            out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
-            ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
-            row = {"mix": name, "T": T, "N": N, "max_len": max(lens), "n": 15}
-            for bv in (16, 32, 64, 128):
-                _, _, t5 = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
-                row[f"fused_bv{bv}"] = statistics.median(t5)
+            _, _, _, row = mix_fused_row(v5, name, lens)
             RES["timings"].append(row)
-            log(f"mixshort {name:<22} N {N:<3} T {T:<5} max {max(lens):<5} "
+            log(f"mixshort {name:<22} N {row['N']:<3} T {row['T']:<5} max {row['max_len']:<5} "
                 + " ".join(f"bv{bv} {row[f'fused_bv{bv}']:.1f}" for bv in (16, 32, 64, 128)))
         except Exception:
             RES["errors"].append(f"mixshort {name}: " + traceback.format_exc()[-2000:])
