@@ -134,16 +134,19 @@ pub const PREFILL64: Module = Module {
 pub const HEAD_DIM: u32 = 128;
 const WARP: u32 = 32;
 
-/// The launch constants of `prefill64.cu`, in one place. Each is also the C++ constant named beside it,
-/// and the compile of `prefill64.cu` fails (`gdn_registry_check`, with both numbers) if they disagree:
-/// after changing the kernel, change the number here.
-/// Facts of `prefill.cu` (the fused kernels) the runtime relies on besides the launch table.
+/// Facts of `prefill.cu` (the fused kernels) the runtime relies on besides the launch table
+/// (checked against the kernel file like every registry constant).
 pub mod prefill {
     /// Tokens per chunk (`gdn_prefill::C`): also the most leading token rows the kernels load before
     /// reading `cu_seqlens` (`PrefillParams::lead_rows`).
     pub const CHUNK: usize = 16;
+    /// `CHUNK` as the C++ expression the registry check compares it with.
+    pub(super) const CHUNK_EXPR: &str = "gdn_prefill::C";
 }
 
+/// The launch constants of `prefill64.cu`, in one place. Each is also the C++ constant named beside it,
+/// and the compile of `prefill64.cu` fails (`gdn_registry_check`, with both numbers) if they disagree:
+/// after changing the kernel, change the number here.
 pub mod prefill64 {
     /// Dynamic shared memory of `gdn_prefill64_prep` (bytes) = `gdn_prefill64::PREP_SMEM`.
     pub const PREP_SMEM: u32 = 35_328;
@@ -234,6 +237,12 @@ pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
         "params size (params.rs)",
         "sizeof(PrefillParams)",
         size_of::<crate::params::PrefillParams>() as u64,
+    ),
+    (
+        "prefill",
+        "tokens per chunk = most rows loaded before cu_seqlens (lead_rows)",
+        prefill::CHUNK_EXPR,
+        prefill::CHUNK as u64,
     ),
     (
         "prefill64",
@@ -673,6 +682,7 @@ mod tests {
         assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 139264>"));
         assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
         assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
+        assert!(checks_appendix(&PREFILL).contains("(gdn_prefill::C), 16>"));
     }
 
     #[test]
