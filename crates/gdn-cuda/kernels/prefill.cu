@@ -127,6 +127,11 @@ constexpr int WS_BYTES = TILE16;                             // per-walker outpu
 // the only warp on its scheduler (warp w issues on sub-partition w % 4). H200, same process: 1x1024 48.6 -> 46.3 us,
 // 1x8192 348.7 -> 330.2, 1x65536 2758 -> 2601 (-5%); plain NP = 6 (walker sharing) gives only -2.5%.
 // Under -DGDN_NP (experiments) every variant gets exactly GDN_NP producers and no idle warp.
+// GDN_MINB (experiments; default 1): minimum resident CTAs per SM asked of ptxas (__launch_bounds__), i.e. a
+// register cap of 65536 / (threads · GDN_MINB).
+#ifndef GDN_MINB
+#define GDN_MINB 1
+#endif
 template <int BV> __host__ __device__ constexpr int producers() {
 #ifdef GDN_NP
     return GDN_NP;
@@ -151,6 +156,40 @@ static_assert(smem_bytes<16, 6>() == 195088 && smem_bytes<16, 5>() == 165104 && 
 // ------------------------------------------------------------------ helpers (the shared ones are in sm90.cuh)
 __device__ __forceinline__ void mma4(float* c, const u32* a, u32 b0, u32 b1) { mma(c, a[0], a[1], a[2], a[3], b0, b1); }
 __device__ __forceinline__ float bf2f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// ------------------------------------------------------------------ timeline trace (experiments only)
+// -DGDN_TRACE: lane 0 of warp 0 (walker 0) and of the first producer warp record SM clock64 values (and
+// %globaltimer at entry/exit) into gdn_trace[CTA][event] for the first 256 CTAs; prefill_harness.py `trace`
+// reads them back. Every point sits after an instruction that consumes the awaited value (warps issue in order).
+// Events: 0 globaltimer entry, 1 clock entry, 2 after __syncthreads, 3 producer: cu_seqlens consumed, 4/6 its first
+// and second chunk landed, 5/7 their preparation done (FULL), 8/10 walker: FULL of chunk 0/1 seen, 9/11 chunk 0/1
+// walked, 12 last chunk walked, 13 final state stores issued, 14 clock at exit, 15 globaltimer at exit.
+#ifdef GDN_TRACE
+extern "C" __device__ long long gdn_trace[256][16];  // C linkage: cuModuleGetGlobal finds it by this name
+__device__ __forceinline__ long long gtimer() {
+    long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// gdn_trace2: phases inside one chunk. Producer 0's first / second chunk: 0/4 landed, 1/5 gates stored, 2/6 A and P
+// stored, 3/7 T stored; walker 0 at chunks 0, 1, 5: 8/10/12 Vn formed (update operand split), 9/11/13 O staged.
+extern "C" __device__ long long gdn_trace2[256][16];
+#define GDN_TR(cond, ev, val)                                                                            \
+    do {                                                                                                 \
+        if ((cond) && lane == 0 && blockIdx.x < 256) gdn_trace[blockIdx.x][ev] = (val);                    \
+    } while (0)
+#define GDN_TR2(cond, ev)                                                                                \
+    do {                                                                                                 \
+        if ((cond) && lane == 0 && blockIdx.x < 256) gdn_trace2[blockIdx.x][ev] = clock64();               \
+    } while (0)
+#else
+#define GDN_TR2(cond, ev) \
+    do {                  \
+    } while (0)
+#define GDN_TR(cond, ev, val) \
+    do {                      \
+    } while (0)
+#endif
 
 // ------------------------------------------------------------------ producer: one chunk's loads
 template <int BV>
@@ -209,36 +248,42 @@ __device__ __forceinline__ void zero_rows(unsigned char* slot, int from, int lan
 }
 
 // ------------------------------------------------------------------ producer: one chunk's precompute
+// v7 ("prep diet"; the first chunk's preparation is on the critical path of every short call, and a -DGDN_TRACE
+// timeline put it at ~1.3-1.6 us of a 1x16 call's ~3.8 us in-kernel span on the H200: gates 450 ns, K Kᵀ/Q Kᵀ + A
+// + P 400 ns, T 330 ns):
+//  * the K Kᵀ / Q Kᵀ tensor-core chain is issued first and the gate math sits after it in the same basic block, so
+//    ptxas interleaves the two (v6: gates, then a __syncwarp, then the mma);
+//  * the gates are branch-free and evaluated by every lane (v6: lanes 0-15 took the log-decay path and lanes 16-31
+//    the sigmoid path one after the other, with log1pf's and the IEEE division's slow-path branches), on the
+//    .approx.ftz MUFU instructions: a log-decay's absolute error is ≤ e^{A_log}·2^-21 per token, far below the bf16
+//    operands' 2^-9; exponentials under 2^-126 flush to 0 (decays may underflow to 0 by design);
+//  * T's forward substitution carries r = e_c − (running sums) so that no step needs a lane-dependent select
+//    (v6 spent ~60 instructions per chunk packing `j < c` / `j == c` predicates, then a select per step).
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float lg2_ftz(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float exp_ftz(float x) { return ex2_ftz(x * 1.4426950408889634f); }
+
 template <int BV>
 __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned char* slot, unsigned char* scr,
-                                              int h, int nvalid, float dtb, float alog, int lane) {
+                                              int h, int nvalid, float dtb, float nea, int lane, int tr = -1) {
     const int g = lane >> 2, t = lane & 3;
     float* gam_s = reinterpret_cast<float*>(scr + PS_GAM_OFF);
     float* beta_s = reinterpret_cast<float*>(scr + PS_BETA_OFF);
     float* Af = reinterpret_cast<float*>(scr + PS_A_OFF);
-    // ---- gates: log-decay (lanes 0..15) and beta (lanes 16..31), inclusive prefix sum of log-decays
-    const bool valid = (lane & 15) < nvalid;
-    const u32 gpair = reinterpret_cast<const u32*>(slot + Slot<BV>::GATE_OFF)[lane];
-    const float graw = __uint_as_float((h & 1) ? (gpair & 0xffff0000u) : (gpair << 16));  // bf16 -> f32
-    float lg = (lane < 16 && valid) ? gdn_log_decay(graw, dtb, alog) : 0.f;
-    float be = (lane >= 16 && valid) ? gdn_beta(graw) : 0.f;
-    float gam = lg;
-#pragma unroll
-    for (int off = 1; off < 16; off <<= 1) {
-        float y = __shfl_up_sync(0xffffffffu, gam, off, 16);
-        if ((lane & 15) >= off) gam += y;
-    }
-    const float gC = __shfl_sync(0xffffffffu, gam, 15);
-    be = __shfl_sync(0xffffffffu, be, (lane & 15) + 16);
-    if (lane < 16) {
-        gam_s[lane] = gam;
-        beta_s[lane] = be;
-        reinterpret_cast<float*>(slot + Slot<BV>::EGQ_OFF)[lane] = p.scale * __expf(gam);
-        reinterpret_cast<float*>(slot + Slot<BV>::EC_OFF)[lane] = __expf(gC - gam);
-        if (lane == 0) reinterpret_cast<float*>(slot + Slot<BV>::EGC_OFF)[0] = __expf(gC);
-    }
-    __syncwarp();
-    // ---- K Kᵀ and Q Kᵀ (16 x 16, k-dim 128) on tensor cores
+    // ---- K Kᵀ and Q Kᵀ (16 x 16, k-dim 128) on tensor cores, issued first (they need only the landed tiles)
     float kk[2][2][4] = {}, qk[2][2][4] = {};  // [k-step parity][n-tile]: dependent chains of 4, not 8
     {
         const u32 ks = smem_addr(slot + Slot<BV>::K_OFF), qs = smem_addr(slot + Slot<BV>::Q_OFF);
@@ -254,6 +299,34 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
             mma(qk[s & 1][1], q0, q1, q2, q3, k1, k3);
         }
     }
+    // ---- gates (while the mma run): lane l < 16 holds a[token l], lane l >= 16 holds b[token l-16]; every lane
+    // evaluates both formulas on its value and keeps the one it owns. log g = −e^{A_log}·softplus(a + dt_bias)
+    // (nea = −e^{A_log}), softplus(x) = max(x, 0) + ln(1 + e^{−|x|}); β = 1 / (1 + e^{−b}).
+    const bool valid = (lane & 15) < nvalid;
+    const u32 gpair = reinterpret_cast<const u32*>(slot + Slot<BV>::GATE_OFF)[lane];
+    const float graw = __uint_as_float((h & 1) ? (gpair & 0xffff0000u) : (gpair << 16));  // bf16 -> f32
+    const float x = graw + dtb;
+    const float sp = fmaxf(x, 0.f) + 0.6931471805599453f * lg2_ftz(1.f + ex2_ftz(-1.4426950408889634f * fabsf(x)));
+    const float sg = rcp_ftz(1.f + ex2_ftz(-1.4426950408889634f * graw));
+    float lg = (lane < 16 && valid) ? nea * sp : 0.f;
+    float be = (lane >= 16 && valid) ? sg : 0.f;
+    float gam = lg;  // inclusive prefix sum of the log-decays over the 16 tokens
+#pragma unroll
+    for (int off = 1; off < 16; off <<= 1) {
+        float y = __shfl_up_sync(0xffffffffu, gam, off, 16);
+        if ((lane & 15) >= off) gam += y;
+    }
+    const float gC = __shfl_sync(0xffffffffu, gam, 15);
+    be = __shfl_sync(0xffffffffu, be, (lane & 15) + 16);
+    if (lane < 16) {
+        gam_s[lane] = gam;
+        beta_s[lane] = be;
+        reinterpret_cast<float*>(slot + Slot<BV>::EGQ_OFF)[lane] = p.scale * exp_ftz(gam);
+        reinterpret_cast<float*>(slot + Slot<BV>::EC_OFF)[lane] = exp_ftz(gC - gam);
+        if (lane == 0) reinterpret_cast<float*>(slot + Slot<BV>::EGC_OFF)[0] = exp_ftz(gC);
+    }
+    GDN_TR2(tr >= 0, tr + 1);
+    __syncwarp();
     // ---- Aᵀ (f32, to scratch, column-major: At[j][i] = A_ij) and P = scale·QKᵀ ⊙ decay ⊙ [i>=j] (hi/lo bf16, to the slot)
     {
         __nv_bfloat16* ph = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::PH_OFF);
@@ -268,7 +341,7 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int j = 8 * nt + 2 * t + e;
-                    const float dec = __expf(fminf(gi - gam_s[j], 0.f));
+                    const float dec = exp_ftz(fminf(gi - gam_s[j], 0.f));
                     const int r = 2 * hr + e;
                     av[e] = i > j ? bi * (kk[0][nt][r] + kk[1][nt][r]) * dec : 0.f;
                     pv[e] = i >= j ? p.scale * (qk[0][nt][r] + qk[1][nt][r]) * dec : 0.f;
@@ -282,32 +355,32 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
                 *reinterpret_cast<u32*>(pl + i * LDS16 + j0) = lo;
             }
     }
+    GDN_TR2(tr >= 0, tr + 2);
     __syncwarp();
-    // ---- T = (I + A)⁻¹ by forward substitution in f32: lane owns column c = lane & 15. Right-looking:
-    // once T_jc is known it is folded into every later row at once (acc[i] += A_ij T_jc), so the
-    // dependent chain is one FMA per row instead of a row-long dot product.
+    // ---- T = (I + A)⁻¹ by forward substitution in f32: lane owns column c = lane & 15 and solves (I + A) x = e_c.
+    // Right-looking: r starts as e_c; once x_j = r_j is final it is folded into every later row at once
+    // (r_i −= A_ij x_j), so the dependent chain is one FMA per row. Rows above c stay exactly 0 (0 − A·0).
     {
         const int c = lane & 15;
-        float col[16], acc[16];
+        float col[16];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+        for (int i = 0; i < 16; ++i) col[i] = i == c ? 1.f : 0.f;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            col[j] = j < c ? 0.f : (j == c ? 1.f : -acc[j]);
+        for (int j = 0; j < 15; ++j) {
             const float4* arow = reinterpret_cast<const float4*>(Af + j * 16);  // A_ij, i = 0..15 (0 for i <= j)
 #pragma unroll
             for (int i4 = ((j + 1) / 4) * 4; i4 < 16; i4 += 4) {
                 const float4 a4 = arow[i4 >> 2];
-                if (i4 + 0 > j) acc[i4 + 0] = fmaf(a4.x, col[j], acc[i4 + 0]);
-                if (i4 + 1 > j) acc[i4 + 1] = fmaf(a4.y, col[j], acc[i4 + 1]);
-                if (i4 + 2 > j) acc[i4 + 2] = fmaf(a4.z, col[j], acc[i4 + 2]);
-                if (i4 + 3 > j) acc[i4 + 3] = fmaf(a4.w, col[j], acc[i4 + 3]);
+                if (i4 + 0 > j) col[i4 + 0] = fmaf(-a4.x, col[j], col[i4 + 0]);
+                if (i4 + 1 > j) col[i4 + 1] = fmaf(-a4.y, col[j], col[i4 + 1]);
+                if (i4 + 2 > j) col[i4 + 2] = fmaf(-a4.z, col[j], col[i4 + 2]);
+                if (i4 + 3 > j) col[i4 + 3] = fmaf(-a4.w, col[j], col[i4 + 3]);
             }
         }
         // Tb = T diag(β) (for U, lanes 0..15) and Tg = T diag(β e^γ) (for X = Sᵀ Kᵀ Tgᵀ, lanes 16..31), hi/lo
         // bf16, column c stored as row c of the transposed tile: two 16-byte stores per array and lane.
         const float bc = beta_s[c];
-        const float sc = lane < 16 ? bc : bc * __expf(gam_s[c]);
+        const float sc = lane < 16 ? bc : bc * exp_ftz(gam_s[c]);
         u32 hi[8], lo[8];
 #pragma unroll
         for (int m = 0; m < 8; ++m) split_bf16(col[2 * m] * sc, col[2 * m + 1] * sc, hi[m], lo[m]);
@@ -318,6 +391,7 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
         reinterpret_cast<uint4*>(tl)[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         reinterpret_cast<uint4*>(tl)[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
     }
+    GDN_TR2(tr >= 0, tr + 3);
     __syncwarp();
 }
 
@@ -347,6 +421,10 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     // arrived — one DRAM round trip off the critical path of short calls. Rows < lead_rows exist in the tensors; the
     // rows past the sequence's end are zeroed once its length is known (below), and a cu_seqlens[0] != 0 reloads.
     const bool spec = seq == 0 && p.lead_rows > 0 && warp == NW;  // producer 0 (the bv16 idle warp is warp 4 > NW)
+#ifdef GDN_TRACE
+    GDN_TR(warp == 0, 0, gtimer());
+    GDN_TR(warp == 0, 1, clock64());
+#endif
     if (spec) load_chunk<BV>(p, smem, 0, p.lead_rows, hq, h, v0, lane);  // slot 0, not committed yet
     if (threadIdx.x == 0) {
         for (int s = 0; s < R; ++s) {
@@ -355,6 +433,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         }
     }
     __syncthreads();
+    GDN_TR(warp == 0, 2, clock64());
     if (idle_warps<BV>() > 0 && threadIdx.x >> 5 == 4) return;
 
     const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
@@ -366,7 +445,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         // =============================== producer
         const int pw = warp - NW;
         unsigned char* scr = smem + R * SL::BYTES + pw * PS_BYTES;
-        const float dtb = p.dt_bias[h], alog = p.A_log[h];
+        const float dtb = p.dt_bias[h], nea = -__expf(p.A_log[h]);  // −e^{A_log}: the log-decay's factor
         // Prologue: this producer's first chunk pw (< R: its slot is free) starts loading; one group per chunk.
         // spec: chunk 0 is in flight already (spec_ok), unless sequence 0 does not start at token 0: then those
         // copies are drained and the chunk loads as usual.
@@ -377,6 +456,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             __syncwarp();
         }
         if (pw < nch && !spec_ok) load_chunk<BV>(p, smem + (pw % R) * SL::BYTES, bos + (i64)pw * C, eos, hq, h, v0, lane);
+        GDN_TR(pw == 0, 3, clock64());
         cp_async_commit();
         for (int j = pw; j < nch; j += NP) {
             // Start the loads of this producer's next chunk jn = j + NP before computing chunk j, so that they
@@ -390,15 +470,19 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             cp_async_commit();
             cp_async_wait<1>();  // chunk j has landed (this lane's copies); chunk jn may still be in flight
             __syncwarp();
+            GDN_TR(pw == 0 && j < 2 * NP, 4 + 2 * (j / NP), clock64());
             const i64 rem = len - (i64)j * C;
             if (spec_ok && j == 0 && rem < C) {  // the speculative rows [len, 16) are not sequence 0's: zero them
                 zero_rows<BV>(smem, (int)rem, lane);
                 __syncwarp();
             }
 #ifndef GDN_ABLATE_PREP  // timing ablation (harness only; results wrong): the walkers get uncomputed slots
-            compute_chunk<BV>(p, smem + (j % R) * SL::BYTES, scr, h, rem < C ? (int)rem : C, dtb, alog, lane);
+            GDN_TR2(pw == 0 && j < 2 * NP, 4 * (j / NP));
+            compute_chunk<BV>(p, smem + (j % R) * SL::BYTES, scr, h, rem < C ? (int)rem : C, dtb, nea, lane,
+                              pw == 0 && j < 2 * NP ? 4 * (j / NP) : -1);
 #endif
             mbar_arrive(full0 + 8 * (j % R));  // every lane: its copies and stores happen-before the walkers' reads
+            GDN_TR(pw == 0 && j < 2 * NP, 5 + 2 * (j / NP), clock64());
         }
         cp_async_wait<0>();
         return;
@@ -429,6 +513,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c % R) * SL::BYTES;
         mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
+        GDN_TR(warp == 0 && c < 2, 8 + 2 * c, clock64());
 #ifdef GDN_ABLATE_WALK  // timing ablation (harness only; results wrong): no chunk math, only the hand-off
         mbar_arrive(empty0 + 8 * (c % R));
         continue;
@@ -494,6 +579,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             split_bf16(Vn[0][2] * e0.x, Vn[0][3] * e0.y, u1, l1);
             split_bf16(Vn[1][0] * e1.x, Vn[1][1] * e1.y, u2, l2);
             split_bf16(Vn[1][2] * e1.x, Vn[1][3] * e1.y, u3, l3);
+            GDN_TR2(warp == 0 && (c < 2 || c == 5), 8 + 2 * (c < 2 ? c : 2));
 #pragma unroll
             for (int nt = 0; nt < 16; ++nt)
 #pragma unroll
@@ -546,6 +632,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 #pragma unroll
                 for (int r = 0; r < 4; ++r)
                     os[(8 * nt + 2 * t + (r & 1)) * LDS16 + g + 8 * (r >> 1)] = __float2bfloat16_rn(O[nt][r]);
+            GDN_TR2(warp == 0 && (c < 2 || c == 5), 9 + 2 * (c < 2 ? c : 2));
             __syncwarp();
             const int i = lane >> 1, half = lane & 1;
             const i64 tok = bos + (i64)c * C + i;
@@ -555,13 +642,20 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             }
             __syncwarp();
         }
+        GDN_TR(warp == 0 && c < 2, 9 + 2 * c, clock64());
     }
+    GDN_TR(warp == 0, 12, clock64());
     // ---- final state (zeros for an empty sequence)
 #pragma unroll
     for (int nt = 0; nt < 16; ++nt) {
         StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * nt + 2 * t, S[nt][0], S[nt][1]);
         StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t, S[nt][2], S[nt][3]);
     }
+    GDN_TR(warp == 0, 13, clock64());
+#ifdef GDN_TRACE
+    GDN_TR(warp == 0, 14, clock64());
+    GDN_TR(warp == 0, 15, gtimer());
+#endif
 }
 
 }  // namespace gdn_prefill
@@ -577,7 +671,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // ---------------------------------------------------------------------------------------------------------
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
     extern "C" __global__ void __launch_bounds__(                                                           \
-        32 * (NW + gdn_prefill::producers<16 * NW>() + gdn_prefill::idle_warps<16 * NW>()), 1)              \
+        32 * (NW + gdn_prefill::producers<16 * NW>() + gdn_prefill::idle_warps<16 * NW>()), GDN_MINB)       \
         NAME(const PrefillParams p) {                                                                       \
         gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(p);                          \
     }

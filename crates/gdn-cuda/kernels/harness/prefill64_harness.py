@@ -325,19 +325,33 @@ def cp_L_max(lens, G):
     return max(1, -(-chunks // G))
 
 
-def mix_fused_row(v5, name, lens):
+def mix_fused_row(mods, name, lens):
     """Inputs (bench_peers') and outputs of one mix workload, and a row with the fused kernel's median time at
-    every tile width: what `mixlong` and `mixshort` both start from."""
+    every tile width of every module in `mods` (key fused_bv<BV><module tag>): what `mixlong` and `mixshort`
+    both start from."""
     inp = ph.bench_inputs(lens)
     T, N = sum(lens), len(lens)
     q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
     out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
     ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
     row = {"mix": name, "T": T, "N": N, "max_len": max(lens), "n": 15}
-    for bv in (16, 32, 64, 128):
-        _, _, t5 = times(lambda: v5.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
-        row[f"fused_bv{bv}"] = statistics.median(t5)
+    for m in mods:
+        for bv in (16, 32, 64, 128):
+            if ("f32", bv) not in m.fns:
+                continue
+            _, _, t5 = times(lambda: m.launch("f32", bv, q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
+            row[f"fused_bv{bv}{m.tag}"] = statistics.median(t5)
     return inp, out, ns, row
+
+
+def mix_modules():
+    """The production fused module, then one per MIX_BUILDS item: 'NP[+DEFINE...]' (e.g. MIX_BUILDS=1+GDN_MINB=4,2):
+    -DGDN_NP=NP plus the defines — occupancy experiments (fewer producers, smaller ring, more CTAs per SM)."""
+    mods = [ph.Module(None)]
+    for item in (x for x in os.environ.get("MIX_BUILDS", "").split(",") if x):
+        np_, *defs = item.split("+")
+        mods.append(ph.Module(int(np_), defines=tuple(defs)))
+    return mods
 
 
 def mixlong(mod, v5):
@@ -346,7 +360,7 @@ def mixlong(mod, v5):
     mix = json.load(open(os.path.join(HERE, "contest_mix.json")))
     for name, lens in ((n, l) for n, l in mix.items() if sum(l) >= 2048):
         try:
-            inp, out, ns, row = mix_fused_row(v5, name, lens)
+            inp, out, ns, row = mix_fused_row([v5], name, lens)
             q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
             prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
             row["chunk64"] = statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)])
@@ -369,16 +383,20 @@ def mixlong(mod, v5):
         save()
 
 
-def mixshort(v5):
-    """The fused kernel at every tile width on the contest-like mix's 75 workloads of < 2048 tokens (where cp and
-    chunk64 never win): the data for the cost model's short and medium range (tests/cost.rs)."""
+def mixshort(mods):
+    """The fused kernel at every tile width (of every module in `mods`) on the contest-like mix's 75 workloads of
+    < 2048 tokens (where cp and chunk64 never win; MIX_ALL=1: all 100): the data for the cost model's short and
+    medium range (tests/cost.rs) and for the occupancy experiments (`mix_modules`)."""
     mix = json.load(open(os.path.join(HERE, "contest_mix.json")))
-    for name, lens in ((n, l) for n, l in mix.items() if sum(l) < 2048):
+    every = bool(os.environ.get("MIX_ALL"))
+    for name, lens in ((n, l) for n, l in mix.items() if every or sum(l) < 2048):
         try:
-            _, _, _, row = mix_fused_row(v5, name, lens)
+            _, _, _, row = mix_fused_row(mods, name, lens)
             RES["timings"].append(row)
+            fused = {k_[len("fused_"):]: v_ for k_, v_ in row.items() if k_.startswith("fused_")}
+            best = min(fused, key=fused.get)
             log(f"mixshort {name:<22} N {row['N']:<3} T {row['T']:<5} max {row['max_len']:<5} "
-                + " ".join(f"bv{bv} {row[f'fused_bv{bv}']:.1f}" for bv in (16, 32, 64, 128)))
+                + " ".join(f"{k_} {v_:.1f}" for k_, v_ in fused.items()) + f"  best {best} {fused[best]:.1f}")
         except Exception:
             RES["errors"].append(f"mixshort {name}: " + traceback.format_exc()[-2000:])
             log("ERROR", RES["errors"][-1])
@@ -473,7 +491,7 @@ def main():
             log("ERROR", RES["errors"][-1])
     if "mixshort" in ARGS:
         try:
-            mixshort(ph.Module(None))
+            mixshort(mix_modules())
         except Exception:
             RES["errors"].append("mixshort: " + traceback.format_exc()[-2000:])
             log("ERROR", RES["errors"][-1])

@@ -510,6 +510,84 @@ def kernel_times(fn, iters=20):
     return ts
 
 
+EV = ["gt0", "clk0", "sync", "p:seqlens", "p:landed0", "p:prep0", "p:landed1", "p:prep1", "w:full0", "w:walk0",
+      "w:full1", "w:walk1", "w:last", "w:stored", "clk_end", "gt_end"]
+
+
+# (name, from, to) over the 32 trace columns: 0..15 gdn_trace, 16..31 gdn_trace2
+PHASES = [("p0:gates", 16, 17), ("p0:KK+A+P", 17, 18), ("p0:T", 18, 19), ("p0:arrive", 19, 5),
+          ("p1:gates", 20, 21), ("p1:KK+A+P", 21, 22), ("p1:T", 22, 23),
+          ("w0:to-Vn", 8, 24), ("w0:upd+O", 24, 25), ("w0:store", 25, 9), ("w1:to-Vn", 10, 26), ("w1:upd+O", 26, 27),
+          ("w1:store", 27, 11), ("w5:upd+O", 28, 29)]
+
+
+def trace(mods):
+    """Timelines from a -DGDN_TRACE build (see prefill.cu): per config and tile, three ways of running the same
+    call — `cold` (L2 flushed first: data and code from DRAM, as `time` measures), `code-warm` (L2 flushed, then
+    the same kernel on another small input, then the call: code in L2 and the SMs' caches, data cold) and `warm`
+    (the call twice, no flush). Prints event times (ns from CTA entry) for CTA 0 and the median over CTAs."""
+    m = Module(None, defines=("GDN_TRACE",))
+    dptr, size = _ok(cu.cuModuleGetGlobal(m.module, b"gdn_trace"), "gdn_trace")
+    dptr2, size2 = _ok(cu.cuModuleGetGlobal(m.module, b"gdn_trace2"), "gdn_trace2")
+    global _flush
+    if _flush is None:
+        _flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=dev)
+    mix = json.load(open(os.path.join(HERE, "contest_mix.json")))
+    cfgs = [("1x16", [16], (16, 32)), ("1x64", [64], (16,)), ("1x128", [128], (16,)), ("1x1024", [1024], (16, 64)),
+            ("n19_t277", mix["prefill_18_n19_t277"], (64, 128)), ("n11_t372", mix["prefill_98_n11_t372"], (128,))]
+    dummy = bench_inputs([16], seed=7)
+    dout = torch.empty(16, 8, 128, dtype=torch.bfloat16, device=dev)
+    dns = torch.empty(1, 8, 128, 128, dtype=torch.float32, device=dev)
+    for cname, lens, bvs in cfgs:
+        inp = bench_inputs(lens)
+        T, N = sum(lens), len(lens)
+        out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+        ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+        for bv in bvs:
+            for mode in ("cold", "code-warm", "warm"):
+                rows = []
+                for rep in range(5):
+                    torch.cuda.synchronize()
+                    if mode == "warm":
+                        m.launch("f32", bv, *inp, out, ns)
+                    else:
+                        _flush.zero_()
+                        if mode == "code-warm":
+                            m.launch("f32", bv, *dummy, dout, dns)
+                    _ok((cu.cuMemsetD8(dptr, 0, size)[0], None), "memset")
+                    _ok((cu.cuMemsetD8(dptr2, 0, size2)[0], None), "memset2")
+                    m.launch("f32", bv, *inp, out, ns)
+                    torch.cuda.synchronize()
+                    buf = torch.empty(size // 8, dtype=torch.int64)
+                    _ok((cu.cuMemcpyDtoH(buf.data_ptr(), dptr, size)[0], None), "dtoh")
+                    buf2 = torch.empty(size2 // 8, dtype=torch.int64)
+                    _ok((cu.cuMemcpyDtoH(buf2.data_ptr(), dptr2, size2)[0], None), "dtoh2")
+                    rows.append(torch.cat([buf.view(256, 16), buf2.view(256, 16)], 1)[: min(256, N * 8 * (128 // bv))].clone())
+                tr = rows[-1]
+                ghz = float(((tr[:, 14] - tr[:, 1]).double() / (tr[:, 15] - tr[:, 0]).double()).median())
+                rel = lambda r, e: [(float(x) - float(c)) / ghz if x else float("nan") for x, c in zip(r[:, e], r[:, 1])]
+                span = [(float(r[:, 15].max()) - float(r[:, 0].min())) for r in rows]
+                disp = [(float(r[:, 0].max()) - float(r[:, 0].min())) for r in rows]
+                rec = {"config": cname, "bv": bv, "mode": mode, "ghz": ghz, "span_ns": span, "dispatch_spread_ns": disp,
+                       "cta0_ns": {EV[e]: statistics.median(rel(r, e)[0] for r in rows) for e in range(2, 15)},
+                       "median_ns": {EV[e]: statistics.median(statistics.median([x for x in rel(r, e) if x == x] or [float("nan")])
+                                                          for r in rows) for e in range(2, 15)}}
+                RES.setdefault("traces", []).append(rec)
+                log(f"trace {cname:<9} bv{bv:<3} {mode:<9} span {statistics.median(span):7.0f} ns dispatch {statistics.median(disp):6.0f} "
+                    f"ghz {ghz:.2f} | cta0 " + " ".join(f"{k} {v:.0f}" for k, v in rec["cta0_ns"].items() if v == v))
+                log(f"{'':>34} median " + " ".join(f"{k} {v:.0f}" for k, v in rec["median_ns"].items() if v == v))
+                # phases inside a chunk (CTA 0, median over the repetitions), ns
+                ph_ = {}
+                for name, a_, b_ in PHASES:
+                    d = [(float(r[0, b_]) - float(r[0, a_])) / ghz for r in rows if r[0, a_] and r[0, b_]]
+                    if d:
+                        ph_[name] = statistics.median(d)
+                rec["phases_cta0_ns"] = ph_
+                log(f"{'':>34} phases " + " ".join(f"{k} {v:.0f}" for k, v in ph_.items()))
+    with open(f"{OUT}/prefill_trace.json", "w") as f:
+        json.dump({"device": RES["device"], "traces": RES["traces"]}, f, indent=1)
+
+
 def bench_inputs(lens, seed=0):  # identical to shared/peers/bench_peers.py prefill_inputs
     gen = torch.Generator(device=dev).manual_seed(seed)
     r = lambda *s: torch.randn(*s, device=dev, generator=gen)
@@ -607,6 +685,12 @@ def main():
             log("prof launches done")
         except Exception:
             RES["errors"].append("prof: " + traceback.format_exc()[-1500:])
+            log("ERROR", RES["errors"][-1])
+    if "trace" in ARGS:
+        try:
+            trace(mods)
+        except Exception:
+            RES["errors"].append("trace: " + traceback.format_exc()[-1500:])
             log("ERROR", RES["errors"][-1])
     if "dump" in ARGS:
         dump(mods)
