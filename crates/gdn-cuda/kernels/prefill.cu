@@ -17,12 +17,15 @@
 // Grid / block mapping (one launch, no host sync, plans from cu_seqlens on the device):
 //   grid.x = N · HV · (128 / BV), flattened (no y/z limits): blockIdx.x = (seq · HV + h) · NVG + vg.
 //   Each CTA owns value columns [vg·BV, vg·BV + BV) of one (sequence, value head): an independent chain.
-//   block = 32 · (NW + NP) threads:
+//   block = 32 · (walkers + NP (+ 1 idle)) threads (block_threads below):
 //     warps 0..NW-1   "walkers": warp w owns 16 value rows; its state slice Sᵀ[16 v][128 k] lives in fp32
 //                     mma accumulator fragments (64 registers) for the whole sequence; per chunk it runs
 //                     Z = Sᵀ·Kᵀ, Sᵀ·Qᵀ, X = Z·Tgᵀ (= Sᵀ·Wᵀ, v5), Vᵀ·Tbᵀ (U), Vn·Pᵀ and the rank-16 update
 //                     Vnᵀ·K on tensor cores.
-//     warps NW..NW+NP-1 "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
+//     v8 (bv16, bv32): warps NW..2NW-1 are "output walkers": the walker w keeps only Z, U, X, Vn and the update
+//                     (the state chain) and hands Vn (f32) to output walker NW + w through shared memory (VN[s]
+//                     mbarriers); that one mirrors S with the same update and forms Sᵀ·Qᵀ, Vn·Pᵀ and the outputs.
+//     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
 //                     producer first claims the slot of its next chunk j + NP (freed when the walkers finished
@@ -111,10 +114,11 @@ constexpr int PS_BETA_OFF = PS_GAM_OFF + 64;
 constexpr int PS_BYTES = PS_BETA_OFF + 64;                   // 1152 B
 constexpr int WS_BYTES = TILE16;                             // per-walker output staging bf16 [16][24]
 
-// Dynamic shared memory of gdn_prefill_*_bv<BV> with NP producers and R = 2·NP + 1 ring slots:
-//   R·(13632 + 32·(BV+8)) + NP·1152 + (BV/16)·768 + 16·R   (bytes; the opt-in limit on sm_90 is 232448;
-//   the last 16·R bytes are the FULL/EMPTY mbarriers).
-// Defaults (v5.1): BV=16 (NP 6) 195088, BV=32 (NP 5) 171504, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+// Dynamic shared memory of gdn_prefill_*_bv<BV> with NP producers and R = 2·NP + 1 ring slots (smem_bytes below):
+//   R·(13632 + 32·(BV+8) + OW·(BV/16)·1024) + NP·1152 + (BV/16)·768 + (16 + 8·OW)·R   (bytes; the opt-in limit on
+//   sm_90 is 232448; the last bytes are the FULL/EMPTY(/VN) mbarriers).
+// Defaults (v8): BV=16 (OW, NP 5) 176456, BV=32 (OW, NP 4) 159000, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+// (v5.1-v7: BV=16 (NP 6) 195088, BV=32 (NP 5) 171504.)
 // (v4: R·(16448 + 32·(BV+8)) + NP·2688 + (BV/16)·768 + 16·R = 203760 / 210160 / 222960 / 204240.)
 // All > 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
 // GDN_UPD_HILO (default 0 = v5): 1 carries the state-update operand Vn·e^{γC−γ} as hi + lo bf16 (+16 mma per
@@ -132,11 +136,28 @@ constexpr int WS_BYTES = TILE16;                             // per-walker outpu
 #ifndef GDN_MINB
 #define GDN_MINB 1
 #endif
+// v8 (output walkers): the walker was tensor-pipe bound — its 64 mma.sync m16n8k16 per chunk are ~16 cycles each
+// on its sub-partition (1024 cycles; a -DGDN_TRACE timeline measured 590 ns per chunk at 1.8 GHz). With OW, every
+// 16 value rows get two warps on different sub-partitions: the STATE walker (Z = Sᵀ Kᵀ, U, X, Vn, the update: 42
+// mma) hands Vn over through shared memory to the OUTPUT walker, which keeps its own copy of S by applying the same
+// update (bitwise the same operands) and forms Y = Sᵀ Qᵀ and O (38 mma), one chunk behind at most. The state chain
+// loses Y and O (22 mma). H200, CUPTI, same process as -DGDN_OW=0 (v8.1): 1x1024 bv16 42.9 -> 39.8 us, bv32 48.5 ->
+// 42.8, 1x8192 bv16 307.7 -> 288.1, 4x2048 bv32 93 -> 83.3, 1x128 bv16 9.4 -> 8.7; less than the mma count promised
+// (the state walker's chain is latency-, not only issue-bound). bv64 gained nothing (55.6 -> 56.7) and bv128 cannot
+// (20 warps would not fit the register file): both keep one walker per 16 rows.
+// -DGDN_OW=0 (experiments) turns output walkers off for every variant.
+#ifndef GDN_OW
+#define GDN_OW 1
+#endif
+template <int BV> __host__ __device__ constexpr bool output_walkers() { return GDN_OW != 0 && BV <= 32; }
+template <int BV> __host__ __device__ constexpr int walker_warps() { return (BV / 16) * (output_walkers<BV>() ? 2 : 1); }
+// Producer warps per CTA. v8 defaults: bv16 5 (warps 0 state, 1 output walker, 2-3 and 5-7 producers, 4 idle so the
+// state walker is alone on sub-partition 0), bv32 4 (8 warps), bv64 5, bv128 4 (without output walkers: 6 / 5 / 5 / 4).
 template <int BV> __host__ __device__ constexpr int producers() {
 #ifdef GDN_NP
     return GDN_NP;
 #else
-    return BV == 16 ? 6 : (BV == 128 ? 4 : 5);
+    return output_walkers<BV>() ? (BV == 16 ? 5 : 4) : (BV == 16 ? 6 : (BV == 128 ? 4 : 5));
 #endif
 }
 template <int BV> __host__ __device__ constexpr int idle_warps() {
@@ -146,12 +167,30 @@ template <int BV> __host__ __device__ constexpr int idle_warps() {
     return BV == 16 ? 1 : 0;
 #endif
 }
-template <int NP> __host__ __device__ constexpr int ring_depth() { return 2 * NP + 1; }
-template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
-    return ring_depth<NP>() * Slot<BV>::BYTES + NP * PS_BYTES + (BV / 16) * WS_BYTES + 16 * ring_depth<NP>();
+template <int BV> __host__ __device__ constexpr int block_threads() {
+    return 32 * (walker_warps<BV>() + producers<BV>() + idle_warps<BV>());
 }
-static_assert(smem_bytes<16, 6>() == 195088 && smem_bytes<16, 5>() == 165104 && smem_bytes<32, 5>() == 171504 && smem_bytes<64, 5>() == 184304 &&
-                  smem_bytes<128, 4>() == 172752, "v5 launch table (mirrored by the Rust runtime)");
+template <int NP> __host__ __device__ constexpr int ring_depth() { return 2 * NP + 1; }
+constexpr int VN_BYTES = 32 * 32;  // per state walker and ring slot: Vn, 8 f32 per lane (mma C-fragment order)
+// Dynamic shared memory: R slots, (OW) R·(BV/16) Vn hand-offs, NP producer scratch, BV/16 output stagings, then the
+// mbarriers FULL[R], EMPTY[R] and (OW) VN[R].
+template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
+    return ring_depth<NP>() * (Slot<BV>::BYTES + (output_walkers<BV>() ? (BV / 16) * VN_BYTES : 0)) + NP * PS_BYTES +
+           (BV / 16) * WS_BYTES + (output_walkers<BV>() ? 24 : 16) * ring_depth<NP>();
+}
+#if GDN_OW && !defined(GDN_NP)
+static_assert(smem_bytes<16, producers<16>()>() == 176456 && smem_bytes<32, producers<32>()>() == 159000 &&
+                  smem_bytes<64, producers<64>()>() == 184304 && smem_bytes<128, producers<128>()>() == 172752 &&
+                  block_threads<16>() == 256 && block_threads<32>() == 256 && block_threads<64>() == 288 &&
+                  block_threads<128>() == 384,
+              "v8 launch table (mirrored by the Rust runtime, src/registry.rs)");
+#endif
+// The launch table as data, for the device harness (cuModuleGetGlobal): {BV, threads, dynamic smem} per variant.
+extern "C" __device__ const int gdn_prefill_launch[4][3] = {
+    {16, block_threads<16>(), smem_bytes<16, producers<16>()>()},
+    {32, block_threads<32>(), smem_bytes<32, producers<32>()>()},
+    {64, block_threads<64>(), smem_bytes<64, producers<64>()>()},
+    {128, block_threads<128>(), smem_bytes<128, producers<128>()>()}};
 
 // ------------------------------------------------------------------ helpers (the shared ones are in sm90.cuh)
 __device__ __forceinline__ void mma4(float* c, const u32* a, u32 b0, u32 b1) { mma(c, a[0], a[1], a[2], a[3], b0, b1); }
@@ -395,6 +434,215 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
     __syncwarp();
 }
 
+// ------------------------------------------------------------------ walkers
+// Value rows [vw, vw + 16) of one CTA. ROLE 0: the only walker of its rows (no output walkers); 1: state walker (carries
+// S through the chunks, writes the final state); 2: output walker (OW: mirrors S from the state walker's Vn and writes
+// the outputs). v8.1: one instantiation per role, so that no per-step role branch splits the unrolled loops into
+// basic blocks (v8 had them and lost the ldmatrix/mma overlap: 1x1024 42.5 -> 63.6 us).
+template <int ROLE, int NW, int NP, bool BF16STATE>
+__device__ __forceinline__ void walker(const PrefillParams& p, unsigned char* smem, unsigned char* vnring,
+                                       unsigned char* wstage, u32 full0, u32 empty0, u32 vn0, i64 seq, int h, int v0,
+                                       int lane, int warp, i64 bos, i64 eos, i64 len, int nch) {
+    constexpr int BV = 16 * NW;
+    constexpr int R = ring_depth<NP>();
+    using SL = Slot<BV>;
+    const int HV = p.num_v_heads;
+    const int g = lane >> 2, t = lane & 3;
+    const int wv = ROLE == 2 ? warp - NW : warp;
+    const int vw = v0 + 16 * wv;
+    unsigned char* ostage = wstage + wv * WS_BYTES;
+    float S[16][4];  // Sᵀ[v][k]: tile nt = k 8nt..8nt+7; [0]=(g,2t) [1]=(g,2t+1) [2]=(g+8,2t) [3]=(g+8,2t+1)
+    const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
+    if (p.state != nullptr && len > 0) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) {
+            float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + 8 * nt + 2 * t);
+            float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t);
+            S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
+        }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
+    }
+
+    const u32 lo_row = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;             // K/Q/W tiles
+    const u32 lo_16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;            // 16x16 tiles
+    const u32 lo_vt = (u32)(((lane & 7) + 8 * (lane >> 4)) * SL::LDV + 16 * wv + 8 * ((lane >> 3) & 1)) * 2;  // Vᵀ
+    const u32 lo_tt = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDS16 + 8 * ((lane >> 3) & 1)) * 2;  // transposed 16x16
+
+    for (int c = 0; c < nch; ++c) {
+        unsigned char* slot = smem + (c % R) * SL::BYTES;
+        float4* vnx = reinterpret_cast<float4*>(vnring + ((c % R) * NW + wv) * VN_BYTES) + 2 * lane;  // (OW) hand-off
+        mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
+        GDN_TR(warp == 0 && c < 2, 8 + 2 * c, clock64());
+#ifdef GDN_ABLATE_WALK  // timing ablation (harness only; results wrong): no chunk math, only the hand-off
+        if (ROLE == 1) mbar_arrive(vn0 + 8 * (c % R));
+        mbar_arrive(empty0 + 8 * (c % R));
+        continue;
+#endif
+        const u32 ks = smem_addr(slot + SL::K_OFF), qs = smem_addr(slot + SL::Q_OFF);
+        // ---- Z = Sᵀ Kᵀ (state walker) and Y = Sᵀ Qᵀ (output walker; both in one warp without OW), [16 v][16 tokens],
+        // k-dim 128; two accumulator sets for short chains
+        float Z[2][2][4] = {}, Y[2][2][4] = {};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
+            const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
+            if (ROLE != 2) {
+                u32 w0, w1, w2, w3;
+                ldsm_x4(ks + lo_row + s * 32, w0, w1, w2, w3);
+                mma(Z[s & 1][0], a0, a1, a2, a3, w0, w2);
+                mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
+            }
+            if (ROLE != 1) {
+                u32 q0, q1, q2, q3;
+                ldsm_x4(qs + lo_row + s * 32, q0, q1, q2, q3);
+                mma(Y[s & 1][0], a0, a1, a2, a3, q0, q2);
+                mma(Y[s & 1][1], a0, a1, a2, a3, q1, q3);
+            }
+        }
+        float Vn[2][4];
+        if constexpr (ROLE != 2) {
+            // ---- U = Vᵀ Tbᵀ (hi + lo) and X = Sᵀ Wᵀ = Z Tgᵀ (Z and Tg as hi + lo: 3 products), [16 v][16 tokens].
+            // (v5: W = Tg K is no longer formed by the producers nor rounded to bf16.)
+            float U[2][4] = {}, X[2][4] = {};
+            {
+                u32 va[4], th[4], tl[4], gh[4], gl[4], zh[4], zl[4];
+                ldsm_x4_t(smem_addr(slot + SL::V_OFF) + lo_vt, va[0], va[1], va[2], va[3]);
+                ldsm_x4_t(smem_addr(slot + SL::TBH_OFF) + lo_tt, th[0], th[1], th[2], th[3]);
+                ldsm_x4_t(smem_addr(slot + SL::TBL_OFF) + lo_tt, tl[0], tl[1], tl[2], tl[3]);
+                ldsm_x4_t(smem_addr(slot + SL::TGH_OFF) + lo_tt, gh[0], gh[1], gh[2], gh[3]);
+                ldsm_x4_t(smem_addr(slot + SL::TGL_OFF) + lo_tt, gl[0], gl[1], gl[2], gl[3]);
+                mma4(U[0], va, th[0], th[2]);
+                mma4(U[1], va, th[1], th[3]);
+                // Z accumulator [nt][r] -> A fragment (k = tokens): a0 (g, 2t..) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+                split_bf16(Z[0][0][0] + Z[1][0][0], Z[0][0][1] + Z[1][0][1], zh[0], zl[0]);
+                split_bf16(Z[0][0][2] + Z[1][0][2], Z[0][0][3] + Z[1][0][3], zh[1], zl[1]);
+                split_bf16(Z[0][1][0] + Z[1][1][0], Z[0][1][1] + Z[1][1][1], zh[2], zl[2]);
+                split_bf16(Z[0][1][2] + Z[1][1][2], Z[0][1][3] + Z[1][1][3], zh[3], zl[3]);
+                mma4(U[0], va, tl[0], tl[2]);
+                mma4(U[1], va, tl[1], tl[3]);
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {
+                    mma4(X[nt], zh, gh[nt], gh[nt + 2]);
+                    mma4(X[nt], zl, gh[nt], gh[nt + 2]);
+                    mma4(X[nt], zh, gl[nt], gl[nt + 2]);
+                }
+            }
+            // ---- Vn = U − X (f32), [16 v][16 tokens]
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) Vn[nt][r] = U[nt][r] - X[nt][r];
+            if (ROLE == 1) {  // hand Vn to the output walker (exact f32), then go on with the update
+                vnx[0] = make_float4(Vn[0][0], Vn[0][1], Vn[0][2], Vn[0][3]);
+                vnx[1] = make_float4(Vn[1][0], Vn[1][1], Vn[1][2], Vn[1][3]);
+                mbar_arrive(vn0 + 8 * (c % R));  // release: the stores above happen-before the output walker's reads
+            }
+        } else {
+            mbar_wait(vn0 + 8 * (c % R), (u32)(c / R) & 1u);
+            const float4 x0 = vnx[0], x1 = vnx[1];
+            Vn[0][0] = x0.x; Vn[0][1] = x0.y; Vn[0][2] = x0.z; Vn[0][3] = x0.w;
+            Vn[1][0] = x1.x; Vn[1][1] = x1.y; Vn[1][2] = x1.z; Vn[1][3] = x1.w;
+        }
+        // ---- O = scale e^γ ⊙ Y + Vn Pᵀ, Vn and P as hi + lo (3 products); the output walker forms it before its
+        // copy of the update (the output is its critical path), a walker without OW after the update (as v5-v7)
+        float O[2][4];
+        auto output = [&]() {
+            const float* egq = reinterpret_cast<const float*>(slot + SL::EGQ_OFF);
+            const float2 q0 = *reinterpret_cast<const float2*>(egq + 2 * t);
+            const float2 q1 = *reinterpret_cast<const float2*>(egq + 8 + 2 * t);
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                O[0][2 * hr] = q0.x * (Y[0][0][2 * hr] + Y[1][0][2 * hr]);
+                O[0][2 * hr + 1] = q0.y * (Y[0][0][2 * hr + 1] + Y[1][0][2 * hr + 1]);
+                O[1][2 * hr] = q1.x * (Y[0][1][2 * hr] + Y[1][1][2 * hr]);
+                O[1][2 * hr + 1] = q1.y * (Y[0][1][2 * hr + 1] + Y[1][1][2 * hr + 1]);
+            }
+            u32 vh[4], vl[4], ph[4], pl[4];
+            split_bf16(Vn[0][0], Vn[0][1], vh[0], vl[0]);
+            split_bf16(Vn[0][2], Vn[0][3], vh[1], vl[1]);
+            split_bf16(Vn[1][0], Vn[1][1], vh[2], vl[2]);
+            split_bf16(Vn[1][2], Vn[1][3], vh[3], vl[3]);
+            ldsm_x4(smem_addr(slot + SL::PH_OFF) + lo_16, ph[0], ph[1], ph[2], ph[3]);
+            ldsm_x4(smem_addr(slot + SL::PL_OFF) + lo_16, pl[0], pl[1], pl[2], pl[3]);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                mma4(O[nt], vh, ph[nt], ph[nt + 2]);
+                mma4(O[nt], vl, ph[nt], ph[nt + 2]);
+                mma4(O[nt], vh, pl[nt], pl[nt + 2]);
+            }
+        };
+        if constexpr (ROLE == 2) output();
+        // ---- state update: S ← e^{γ_C} S + (Vn ⊙ e^{γ_C − γ_j}) K   (the sequential chain; the output walker
+        // repeats it on the same operands, so its S stays the state walker's S bit for bit)
+        {
+            const float* ec = reinterpret_cast<const float*>(slot + SL::EC_OFF);
+            const float egc = reinterpret_cast<const float*>(slot + SL::EGC_OFF)[0];
+            const float2 e0 = *reinterpret_cast<const float2*>(ec + 2 * t);
+            const float2 e1 = *reinterpret_cast<const float2*>(ec + 8 + 2 * t);
+            // Update operand Vn·e^{γC−γ}: one bf16 (v5 default; its 2^-9 relative rounding goes straight into S and,
+            // with unnormalised k, is the dominant new_state error: results/prefill_kernels.md, "Raw q/k new_state
+            // failures"). GDN_UPD_HILO=1 adds the lo half (+16 mma).
+            u32 u0, u1, u2, u3, l0, l1, l2, l3;
+            split_bf16(Vn[0][0] * e0.x, Vn[0][1] * e0.y, u0, l0);
+            split_bf16(Vn[0][2] * e0.x, Vn[0][3] * e0.y, u1, l1);
+            split_bf16(Vn[1][0] * e1.x, Vn[1][1] * e1.y, u2, l2);
+            split_bf16(Vn[1][2] * e1.x, Vn[1][3] * e1.y, u3, l3);
+            GDN_TR2(warp == 0 && (c < 2 || c == 5), 8 + 2 * (c < 2 ? c : 2));
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) S[nt][r] *= egc;
+#pragma unroll
+            for (int pp = 0; pp < 8; ++pp) {
+                u32 b0, b1, b2, b3;
+                ldsm_x4_t(ks + lo_row + pp * 32, b0, b1, b2, b3);
+#if GDN_UPD_HILO
+                mma(S[2 * pp], l0, l1, l2, l3, b0, b1);
+                mma(S[2 * pp + 1], l0, l1, l2, l3, b2, b3);
+#endif
+                mma(S[2 * pp], u0, u1, u2, u3, b0, b1);
+                mma(S[2 * pp + 1], u0, u1, u2, u3, b2, b3);
+            }
+        }
+        if constexpr (ROLE == 0) output();
+        mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
+        // ---- output: stage Oᵀ as [token][v] bf16, then one 16-byte store per lane
+        if constexpr (ROLE != 1) {
+            __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(ostage);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                    os[(8 * nt + 2 * t + (r & 1)) * LDS16 + g + 8 * (r >> 1)] = __float2bfloat16_rn(O[nt][r]);
+            GDN_TR2((ROLE == 2 ? warp == NW : ROLE == 0 && warp == 0) && (c < 2 || c == 5), 9 + 2 * (c < 2 ? c : 2));
+            __syncwarp();
+            const int i = lane >> 1, half = lane & 1;
+            const i64 tok = bos + (i64)c * C + i;
+            if (tok < eos) {
+                const uint4 val = *reinterpret_cast<const uint4*>(os + i * LDS16 + 8 * half);
+                *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + vw + 8 * half) = val;
+            }
+            __syncwarp();
+        }
+        GDN_TR((ROLE == 2 ? warp == NW : ROLE == 0 && warp == 0) && c < 2, 9 + 2 * c, clock64());
+    }
+    GDN_TR((ROLE == 2 ? warp == NW : ROLE == 0 && warp == 0), 12, clock64());
+    if constexpr (ROLE == 2) return;
+    // ---- final state (zeros for an empty sequence)
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt) {
+        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * nt + 2 * t, S[nt][0], S[nt][1]);
+        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t, S[nt][2], S[nt][3]);
+    }
+    GDN_TR(warp == 0, 13, clock64());
+#ifdef GDN_TRACE
+    GDN_TR(warp == 0, 14, clock64());
+    GDN_TR(warp == 0, 15, gtimer());
+#endif
+}
+
 // ------------------------------------------------------------------ the kernel body
 template <int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
@@ -403,10 +651,16 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     constexpr int R = ring_depth<NP>();  // 2·NP + 1 slots: NP being computed, NP loading ahead, one of slack
     static_assert(NP >= 1 && NP <= 6, "1..6 producer warps");
     using SL = Slot<BV>;
+    constexpr bool OW = output_walkers<BV>();
+    constexpr int NWK = walker_warps<BV>();  // state walkers 0..NW-1, (OW) output walkers NW..2NW-1, then producers
     extern __shared__ __align__(128) unsigned char smem[];
-    // mbarriers after everything else: FULL[s] (count 32: the producer warp's lanes), EMPTY[s] (count 32·NW).
-    const u32 bars = smem_addr(smem + R * SL::BYTES + NP * PS_BYTES + NW * WS_BYTES);
-    const u32 full0 = bars, empty0 = bars + 8 * R;
+    // Layout: R slots | (OW) R·NW Vn hand-offs | NP producer scratch | NW output stagings | mbarriers: FULL[s] (count
+    // 32: the producer warp's lanes), EMPTY[s] (count 32·NWK: every walker lane), (OW) VN[s] (count 32·NW).
+    unsigned char* const vnring = smem + R * SL::BYTES;
+    unsigned char* const pscr = vnring + (OW ? R * NW * VN_BYTES : 0);
+    unsigned char* const wstage = pscr + NP * PS_BYTES;
+    const u32 bars = smem_addr(wstage + NW * WS_BYTES);
+    const u32 full0 = bars, empty0 = bars + 8 * R, vn0 = bars + 16 * R;
     const int HV = p.num_v_heads;
     const int tile = blockIdx.x;
     const int vg = tile % NVG;
@@ -420,7 +674,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     // v6: sequence 0 starts at token 0 (cu_seqlens[0] = 0), so producer 0 loads its first chunk before cu_seqlens has
     // arrived — one DRAM round trip off the critical path of short calls. Rows < lead_rows exist in the tensors; the
     // rows past the sequence's end are zeroed once its length is known (below), and a cu_seqlens[0] != 0 reloads.
-    const bool spec = seq == 0 && p.lead_rows > 0 && warp == NW;  // producer 0 (the bv16 idle warp is warp 4 > NW)
+    const bool spec = seq == 0 && p.lead_rows > 0 && warp == NWK;  // producer 0 (the bv16 idle warp is warp 4 > NWK)
 #ifdef GDN_TRACE
     GDN_TR(warp == 0, 0, gtimer());
     GDN_TR(warp == 0, 1, clock64());
@@ -429,7 +683,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < R; ++s) {
             mbar_init(full0 + 8 * s, 32);
-            mbar_init(empty0 + 8 * s, 32 * NW);
+            mbar_init(empty0 + 8 * s, 32 * NWK);
+            if (OW) mbar_init(vn0 + 8 * s, 32 * NW);
         }
     }
     __syncthreads();
@@ -441,10 +696,10 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     const int nch = (int)((len + C - 1) / C);
     const int g = lane >> 2, t = lane & 3;
 
-    if (warp >= NW) {
+    if (warp >= NWK) {
         // =============================== producer
-        const int pw = warp - NW;
-        unsigned char* scr = smem + R * SL::BYTES + pw * PS_BYTES;
+        const int pw = warp - NWK;
+        unsigned char* scr = pscr + pw * PS_BYTES;
         const float dtb = p.dt_bias[h], nea = -__expf(p.A_log[h]);  // −e^{A_log}: the log-decay's factor
         // Prologue: this producer's first chunk pw (< R: its slot is free) starts loading; one group per chunk.
         // spec: chunk 0 is in flight already (spec_ok), unless sequence 0 does not start at token 0: then those
@@ -488,190 +743,29 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         return;
     }
 
-    // =============================== walker: value rows [v0 + 16·warp, +16)
-    const int vw = v0 + 16 * warp;
-    unsigned char* ostage = smem + R * SL::BYTES + NP * PS_BYTES + warp * WS_BYTES;
-    float S[16][4];  // Sᵀ[v][k]: tile nt = k 8nt..8nt+7; [0]=(g,2t) [1]=(g,2t+1) [2]=(g+8,2t) [3]=(g+8,2t+1)
-    const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
-    if (p.state != nullptr && len > 0) {
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-            float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + 8 * nt + 2 * t);
-            float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t);
-            S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
-        }
-    } else {
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
-    }
-
-    const u32 lo_row = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;             // K/Q/W tiles
-    const u32 lo_16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;            // 16x16 tiles
-    const u32 lo_vt = (u32)(((lane & 7) + 8 * (lane >> 4)) * SL::LDV + 16 * warp + 8 * ((lane >> 3) & 1)) * 2;  // Vᵀ
-    const u32 lo_tt = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDS16 + 8 * ((lane >> 3) & 1)) * 2;  // transposed 16x16
-
-    for (int c = 0; c < nch; ++c) {
-        unsigned char* slot = smem + (c % R) * SL::BYTES;
-        mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
-        GDN_TR(warp == 0 && c < 2, 8 + 2 * c, clock64());
-#ifdef GDN_ABLATE_WALK  // timing ablation (harness only; results wrong): no chunk math, only the hand-off
-        mbar_arrive(empty0 + 8 * (c % R));
-        continue;
-#endif
-        const u32 ks = smem_addr(slot + SL::K_OFF), qs = smem_addr(slot + SL::Q_OFF);
-        // ---- Z = Sᵀ Kᵀ and Y = Sᵀ Qᵀ ([16 v][16 tokens], k-dim 128); two accumulator sets for short chains
-        float Z[2][2][4] = {}, Y[2][2][4] = {};
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
-            const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
-            u32 w0, w1, w2, w3, q0, q1, q2, q3;
-            ldsm_x4(ks + lo_row + s * 32, w0, w1, w2, w3);
-            ldsm_x4(qs + lo_row + s * 32, q0, q1, q2, q3);
-            mma(Z[s & 1][0], a0, a1, a2, a3, w0, w2);
-            mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
-            mma(Y[s & 1][0], a0, a1, a2, a3, q0, q2);
-            mma(Y[s & 1][1], a0, a1, a2, a3, q1, q3);
-        }
-        // ---- U = Vᵀ Tbᵀ (hi + lo) and X = Sᵀ Wᵀ = Z Tgᵀ (Z and Tg as hi + lo: 3 products), [16 v][16 tokens].
-        // (v5: W = Tg K is no longer formed by the producers nor rounded to bf16.)
-        float U[2][4] = {}, X[2][4] = {};
-        {
-            u32 va[4], th[4], tl[4], gh[4], gl[4], zh[4], zl[4];
-            ldsm_x4_t(smem_addr(slot + SL::V_OFF) + lo_vt, va[0], va[1], va[2], va[3]);
-            ldsm_x4_t(smem_addr(slot + SL::TBH_OFF) + lo_tt, th[0], th[1], th[2], th[3]);
-            ldsm_x4_t(smem_addr(slot + SL::TBL_OFF) + lo_tt, tl[0], tl[1], tl[2], tl[3]);
-            ldsm_x4_t(smem_addr(slot + SL::TGH_OFF) + lo_tt, gh[0], gh[1], gh[2], gh[3]);
-            ldsm_x4_t(smem_addr(slot + SL::TGL_OFF) + lo_tt, gl[0], gl[1], gl[2], gl[3]);
-            mma4(U[0], va, th[0], th[2]);
-            mma4(U[1], va, th[1], th[3]);
-            // Z accumulator [nt][r] -> A fragment (k = tokens): a0 (g, 2t..) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
-            split_bf16(Z[0][0][0] + Z[1][0][0], Z[0][0][1] + Z[1][0][1], zh[0], zl[0]);
-            split_bf16(Z[0][0][2] + Z[1][0][2], Z[0][0][3] + Z[1][0][3], zh[1], zl[1]);
-            split_bf16(Z[0][1][0] + Z[1][1][0], Z[0][1][1] + Z[1][1][1], zh[2], zl[2]);
-            split_bf16(Z[0][1][2] + Z[1][1][2], Z[0][1][3] + Z[1][1][3], zh[3], zl[3]);
-            mma4(U[0], va, tl[0], tl[2]);
-            mma4(U[1], va, tl[1], tl[3]);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                mma4(X[nt], zh, gh[nt], gh[nt + 2]);
-                mma4(X[nt], zl, gh[nt], gh[nt + 2]);
-                mma4(X[nt], zh, gl[nt], gl[nt + 2]);
-            }
-        }
-        // ---- Vn = U − X (f32), [16 v][16 tokens]
-        float Vn[2][4];
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) Vn[nt][r] = U[nt][r] - X[nt][r];
-        // ---- state update: S ← e^{γ_C} S + (Vn ⊙ e^{γ_C − γ_j}) K   (the sequential chain)
-        {
-            const float* ec = reinterpret_cast<const float*>(slot + SL::EC_OFF);
-            const float egc = reinterpret_cast<const float*>(slot + SL::EGC_OFF)[0];
-            const float2 e0 = *reinterpret_cast<const float2*>(ec + 2 * t);
-            const float2 e1 = *reinterpret_cast<const float2*>(ec + 8 + 2 * t);
-            // Update operand Vn·e^{γC−γ}: one bf16 (v5 default; its 2^-9 relative rounding goes straight into S and,
-            // with unnormalised k, is the dominant new_state error: results/prefill_kernels.md, "Raw q/k new_state
-            // failures"). GDN_UPD_HILO=1 adds the lo half (+16 mma).
-            u32 u0, u1, u2, u3, l0, l1, l2, l3;
-            split_bf16(Vn[0][0] * e0.x, Vn[0][1] * e0.y, u0, l0);
-            split_bf16(Vn[0][2] * e0.x, Vn[0][3] * e0.y, u1, l1);
-            split_bf16(Vn[1][0] * e1.x, Vn[1][1] * e1.y, u2, l2);
-            split_bf16(Vn[1][2] * e1.x, Vn[1][3] * e1.y, u3, l3);
-            GDN_TR2(warp == 0 && (c < 2 || c == 5), 8 + 2 * (c < 2 ? c : 2));
-#pragma unroll
-            for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) S[nt][r] *= egc;
-#pragma unroll
-            for (int pp = 0; pp < 8; ++pp) {
-                u32 b0, b1, b2, b3;
-                ldsm_x4_t(ks + lo_row + pp * 32, b0, b1, b2, b3);
-#if GDN_UPD_HILO
-                mma(S[2 * pp], l0, l1, l2, l3, b0, b1);
-                mma(S[2 * pp + 1], l0, l1, l2, l3, b2, b3);
-#endif
-                mma(S[2 * pp], u0, u1, u2, u3, b0, b1);
-                mma(S[2 * pp + 1], u0, u1, u2, u3, b2, b3);
-            }
-        }
-        // ---- O = scale e^γ ⊙ Y + Vn Pᵀ, Vn and P as hi + lo (3 products)
-        float O[2][4];
-        {
-            const float* egq = reinterpret_cast<const float*>(slot + SL::EGQ_OFF);
-            const float2 q0 = *reinterpret_cast<const float2*>(egq + 2 * t);
-            const float2 q1 = *reinterpret_cast<const float2*>(egq + 8 + 2 * t);
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                O[0][2 * hr] = q0.x * (Y[0][0][2 * hr] + Y[1][0][2 * hr]);
-                O[0][2 * hr + 1] = q0.y * (Y[0][0][2 * hr + 1] + Y[1][0][2 * hr + 1]);
-                O[1][2 * hr] = q1.x * (Y[0][1][2 * hr] + Y[1][1][2 * hr]);
-                O[1][2 * hr + 1] = q1.y * (Y[0][1][2 * hr + 1] + Y[1][1][2 * hr + 1]);
-            }
-            u32 vh[4], vl[4], ph[4], pl[4];
-            split_bf16(Vn[0][0], Vn[0][1], vh[0], vl[0]);
-            split_bf16(Vn[0][2], Vn[0][3], vh[1], vl[1]);
-            split_bf16(Vn[1][0], Vn[1][1], vh[2], vl[2]);
-            split_bf16(Vn[1][2], Vn[1][3], vh[3], vl[3]);
-            ldsm_x4(smem_addr(slot + SL::PH_OFF) + lo_16, ph[0], ph[1], ph[2], ph[3]);
-            ldsm_x4(smem_addr(slot + SL::PL_OFF) + lo_16, pl[0], pl[1], pl[2], pl[3]);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                mma4(O[nt], vh, ph[nt], ph[nt + 2]);
-                mma4(O[nt], vl, ph[nt], ph[nt + 2]);
-                mma4(O[nt], vh, pl[nt], pl[nt + 2]);
-            }
-        }
-        mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
-        // ---- output: stage Oᵀ as [token][v] bf16, then one 16-byte store per lane
-        {
-            __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(ostage);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int r = 0; r < 4; ++r)
-                    os[(8 * nt + 2 * t + (r & 1)) * LDS16 + g + 8 * (r >> 1)] = __float2bfloat16_rn(O[nt][r]);
-            GDN_TR2(warp == 0 && (c < 2 || c == 5), 9 + 2 * (c < 2 ? c : 2));
-            __syncwarp();
-            const int i = lane >> 1, half = lane & 1;
-            const i64 tok = bos + (i64)c * C + i;
-            if (tok < eos) {
-                const uint4 val = *reinterpret_cast<const uint4*>(os + i * LDS16 + 8 * half);
-                *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + vw + 8 * half) = val;
-            }
-            __syncwarp();
-        }
-        GDN_TR(warp == 0 && c < 2, 9 + 2 * c, clock64());
-    }
-    GDN_TR(warp == 0, 12, clock64());
-    // ---- final state (zeros for an empty sequence)
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * nt + 2 * t, S[nt][0], S[nt][1]);
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t, S[nt][2], S[nt][3]);
-    }
-    GDN_TR(warp == 0, 13, clock64());
-#ifdef GDN_TRACE
-    GDN_TR(warp == 0, 14, clock64());
-    GDN_TR(warp == 0, 15, gtimer());
-#endif
+    // =============================== walkers: value rows [vw, vw + 16). A state walker (warp < NW) carries S through
+    // the chunks and writes the final state; (OW) its output walker (warp NW + wv) mirrors S and writes the outputs.
+    if constexpr (!OW)
+        walker<0, NW, NP, BF16STATE>(p, smem, vnring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos, len, nch);
+    else if (warp >= NW)
+        walker<2, NW, NP, BF16STATE>(p, smem, vnring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos, len, nch);
+    else
+        walker<1, NW, NP, BF16STATE>(p, smem, vnring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos, len, nch);
 }
 
 }  // namespace gdn_prefill
 
 // ---------------------------------------------------------------------------------------------------------
-// Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA (NW = BV/16 walker warps).
+// Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA.
 //   grid  = (N · HV · (128 / BV), 1, 1)
-//   block = (32 · (BV/16 + NP), 1, 1) with NP = 5 for BV = 16, 32, 64 and NP = 4 for BV = 128:
-//           plus one idle warp for BV = 16 (v5.1: NP = 6): bv16 256, bv32 224, bv64 288, bv128 384 threads
-//   dynamic shared memory = gdn_prefill::smem_bytes<BV, NP>() (v5.1): bv16 195088, bv32 171504, bv64 184304,
-//           bv128 172752 bytes (see the table above; needs the
-//   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES attribute raised, all variants exceed 48 KB).
+//   block = block_threads<BV>() (v8): bv16 256 (state + output walker, 5 producers, 1 idle warp), bv32 256 (2 + 2
+//           walkers, 4 producers), bv64 288 (4 walkers, 5 producers), bv128 384 (8 walkers, 4 producers)
+//   dynamic shared memory = smem_bytes<BV, producers<BV>()>(): bv16 176456, bv32 159000, bv64 184304, bv128 172752
+//           (all > 48 KB: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES must be raised). Both are also in the
+//           module as data (gdn_prefill_launch) and in the Rust registry, checked against these constexprs.
 // ---------------------------------------------------------------------------------------------------------
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
-    extern "C" __global__ void __launch_bounds__(                                                           \
-        32 * (NW + gdn_prefill::producers<16 * NW>() + gdn_prefill::idle_warps<16 * NW>()), GDN_MINB)       \
+    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)            \
         NAME(const PrefillParams p) {                                                                       \
         gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(p);                          \
     }

@@ -71,20 +71,12 @@ def _ok(r, what):
     return r[1] if len(r) == 2 else r[1:]
 
 
-def slot_bytes(bv):  # v5: K, Q (no W), V, Tb/Tg hi/lo (transposed), P hi/lo, e-vectors, gates
-    return 2 * 4352 + 32 * (bv + 8) + 6 * 768 + 192 + 128  # = 13632 + 32(BV+8)
-
-
-NP_DEFAULT = {16: 6, 32: 5, 64: 5, 128: 4}  # prefill.cu producers<BV>() without -DGDN_NP
+NP_DEFAULT = {16: 5, 32: 4, 64: 5, 128: 4}  # prefill.cu producers<BV>() without -DGDN_NP (v8; labels only: the
+# launch itself reads threads and shared memory from the module's gdn_prefill_launch table)
 
 
 def np_of(bv, forced):
     return forced if forced else NP_DEFAULT[bv]
-
-
-def smem_bytes(bv, np_):  # ring of R = 2·NP + 1 slots, per-producer scratch, walker staging, 2·R mbarriers
-    r = 2 * np_ + 1
-    return r * slot_bytes(bv) + np_ * 1152 + (bv // 16) * 768 + 16 * r  # v5 scratch 1152 (v4 2688)
 
 
 SMEM_MAX = 232448  # sm_90 opt-in dynamic shared memory per block
@@ -132,15 +124,21 @@ class Module:
             with open(f"{OUT}/prefill{self.tag or '_prod'}.cubin", "wb") as f:
                 f.write(cubin)
         self.module = _ok(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+        # the module's own launch table (v8: gdn_prefill_launch = {BV, threads, dynamic smem} per variant), so that
+        # experiments with any defines launch exactly what they compiled
+        tptr, tsize = _ok(cu.cuModuleGetGlobal(self.module, b"gdn_prefill_launch"), "gdn_prefill_launch")
+        tab = (ctypes.c_int * (tsize // 4))()
+        _ok((cu.cuMemcpyDtoH(ctypes.addressof(tab), tptr, tsize)[0], None), "launch table")
+        self.launch_tab = {tab[3 * i]: (tab[3 * i + 1], tab[3 * i + 2]) for i in range(tsize // 12)}
         self.fns = {}
         regs, local = {}, {}
         A = cu.CUfunction_attribute
         for st, bv in VARIANTS:
             name = f"gdn_prefill_{st}_bv{bv}"
-            if smem_bytes(bv, np_of(bv, np_)) > SMEM_MAX:
+            if self.launch_tab[bv][1] > SMEM_MAX:
                 continue
             f = _ok(cu.cuModuleGetFunction(self.module, name.encode()), name)
-            _ok((cu.cuFuncSetAttribute(f, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes(bv, np_of(bv, np_)))[0], None), "smem attr")
+            _ok((cu.cuFuncSetAttribute(f, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.launch_tab[bv][1])[0], None), "smem attr")
             regs[name] = _ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "regs")
             local[name] = _ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "local")
             self.fns[(st, bv)] = f
@@ -161,12 +159,9 @@ class Module:
         grid = N * HV * (128 // bv)
         if grid == 0:
             return
-        npv = np_of(bv, self.np)
-        block = 32 * (bv // 16 + npv)
-        if self.np is None and bv == 16:
-            block = 256  # v5.1: walker + 6 producers + 1 idle warp
+        block, smem = self.launch_tab[bv]
         stream = torch.cuda.current_stream().cuda_stream
-        err, = cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem_bytes(bv, npv),
+        err, = cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem,
                                  cu.CUstream(stream), ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"cuLaunchKernel: {err}")
