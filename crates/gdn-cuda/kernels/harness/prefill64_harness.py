@@ -4,7 +4,8 @@ Run on the GPU machine from the repository root:
     PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/prefill64_harness.py [selftest] [check] [time]
 (`selftest`: the wgmma descriptor layouts against torch matmuls; `ablate`: walk time with loads removed;
 CONFIGS=1x1024,... limits `time`; `mixlong`: every plan on the contest-like mix's 25 workloads of >= 2048 tokens;
-`mixshort`: the fused kernel at every tile width on its 75 workloads of < 2048 tokens;
+`mixshort`: the fused kernel at every tile width on its 75 workloads of < 2048 tokens (MIX_ALL=1: all 100;
+MIX_BUILDS=1+GDN_MINB=4,2: also modules with -DGDN_NP=n and defines, e.g. the occupancy experiments);
 `contest_mix.json` = the lengths of gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0), the seed `gdn bench` uses.)
 Reuses prefill_harness.py (inputs, float64 reference, comparison, bench inputs) and times prefill.cu's
 policy variant beside it in the same process. Kernel time = CUPTI (torch.profiler) sum of both kernels per call,

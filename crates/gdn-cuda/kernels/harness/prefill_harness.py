@@ -12,6 +12,9 @@ Run on the GPU machine from the repository root:
              the fp64 reference and vs an fp64 emulation of the kernel's bf16 rounding points, v5 vs GDN_UPD_HILO=1
              (also timed at 1x128 / 1x1024). `dump` (REPRO_TAG=name, REPRO_HILO=1): one launch saved for a
              compute-sanitizer vs plain bitwise comparison.
+  trace      timelines from a -DGDN_TRACE build (clock64 at fixed points of walker 0 and producer 0, phases inside a
+             chunk; prefill.cu explains the events): cold / code-warm / warm runs of 1x16 .. n19_t277; prints them
+             and writes $OUT/prefill_trace.json.
   prof       three launches of one case for ncu/compute-sanitizer (PROF_CFG=NxLEN, default 1x1024; PROF_BV=16),
              compiled with -lineinfo; writes no JSON. Example (what produced the v4 profile):
              ncu --clock-control none --kernel-name regex:gdn_prefill --launch-skip 2 --launch-count 1 \
