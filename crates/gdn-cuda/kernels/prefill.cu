@@ -35,7 +35,8 @@
 //   starts at token 0; PrefillParams::lead_rows = min(T, 16) rows exist), then zeroes the rows past the sequence's
 //   end: one DRAM round trip off short calls (H200, 1x16 bv32 5.5 -> 5.1 us, 1x128 bv16 11.0 -> 10.2).
 //   Producer → walkers hand-off (v4): mbarriers in shared memory, FULL[s] (arrival count 32: all lanes of
-//   the producer warp, release) and EMPTY[s] (count 32·NW: every walker lane), waited on by phase parity
+//   the producer warp, release) and EMPTY[s] (count: every walker lane, state and output walkers; v8 adds VN[s]
+//   for the Vn hand-off), waited on by phase parity
 //   (chunk c uses slot c % R, phase c / R). NP is no longer limited by the 16 named barriers (v1–v3: NP ≤ 2).
 // Why: the state walk is the only sequential part and its per-chunk latency bounds long sequences; moving
 // all state-independent work to other warps keeps the walkers' chain to three tensor-core stages per chunk.
