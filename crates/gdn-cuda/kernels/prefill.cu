@@ -116,9 +116,11 @@ constexpr int PS_BYTES = PS_BETA_OFF + 64;                   // 1152 B
 constexpr int WS_BYTES = TILE16;                             // per-walker output staging bf16 [16][24]
 
 // Dynamic shared memory of gdn_prefill_*_bv<BV> with NP producers and R = 2·NP + 1 ring slots (smem_bytes below):
-//   R·(13632 + 32·(BV+8) + OW·(BV/16)·1024) + NP·1152 + (BV/16)·768 + (16 + 8·OW)·R   (bytes; the opt-in limit on
-//   sm_90 is 232448; the last bytes are the FULL/EMPTY(/VN) mbarriers).
-// Defaults (v8): BV=16 (OW, NP 5) 176456, BV=32 (OW, NP 4) 159000, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+//   R·(13632 + 32·(BV+8) + (BV/16)·H) + NP·1152 + (BV/16)·(768 + X) + (16 + 8·OW)·R   (bytes; the opt-in limit on
+//   sm_90 is 232448; the last bytes are the FULL/EMPTY(/VN) mbarriers), H the hand-off (KSPLIT 5120, MIRROR 1024),
+//   X the Z exchange (KSPLIT 4096), OW = 1 with output walkers (see walk_scheme below).
+// Defaults (v9): BV=16 (KSPLIT, NP 5) 225608, BV=32 (MIRROR, NP 4) 159000, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+// (v8: BV=16 (MIRROR, NP 5) 176456.)
 // (v5.1-v7: BV=16 (NP 6) 195088, BV=32 (NP 5) 171504.)
 // (v4: R·(16448 + 32·(BV+8)) + NP·2688 + (BV/16)·768 + 16·R = 203760 / 210160 / 222960 / 204240.)
 // All > 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
@@ -150,41 +152,77 @@ constexpr int WS_BYTES = TILE16;                             // per-walker outpu
 #ifndef GDN_OW
 #define GDN_OW 1
 #endif
-template <int BV> __host__ __device__ constexpr bool output_walkers() { return GDN_OW != 0 && BV <= 32; }
-template <int BV> __host__ __device__ constexpr int walker_warps() { return (BV / 16) * (output_walkers<BV>() ? 2 : 1); }
-// Producer warps per CTA. v8 defaults: bv16 5 (warps 0 state, 1 output walker, 2-3 and 5-7 producers, 4 idle so the
-// state walker is alone on sub-partition 0), bv32 4 (8 warps), bv64 5, bv128 4 (without output walkers: 6 / 5 / 5 / 4).
+// v9 (bv16): every 16 value rows get THREE warps: two k-split state walkers (warps 2wv, 2wv + 1; warp 2wv + kh holds
+// Sᵀ[16 v][64 k] of k half kh, 32 registers; 26 mma per chunk each) and one output walker (warp 2NW + wv) that takes
+// bf16 Sᵀ and Vn from them through shared memory (22 mma, no state). H200, same process as v8: 1x1024 bv16 39.8 ->
+// 37.1 us, 1x8192 286.9 -> 267.2, 1x128 8.7 -> 8.3 — less than the 42 -> 26 mma on the chain promised: the
+// sub-partitions' mma.sync pipes (~16 cycles per m16n8k16 each) are shared with the producers and the output walker,
+// and a -DGDN_TRACE accounting (`prefill_harness.py stalls`) puts ~250 ns of each ~580 ns chunk in the Z phase and
+// ~180 in X..update. For bv32 the same scheme needs 6 walker warps on 4 sub-partitions (two of them run a state and
+// an output walker) and only 3 producers fit shared memory: 1x1024 42.8 -> 47.1, 4x2048 83 -> 93, so bv32 keeps v8.
+// Walk schemes: SINGLE one walker per 16 rows (bv64, bv128, -DGDN_OW=0); MIRROR v8 (state walker + an output walker
+// that mirrors S from Vn); KSPLIT v9. -DGDN_SCHEME16=n / -DGDN_SCHEME32=n (experiments) override bv16 / bv32.
+enum : int { WALK_SINGLE = 0, WALK_MIRROR = 1, WALK_KSPLIT = 2 };
+#ifndef GDN_SCHEME16
+#define GDN_SCHEME16 2
+#endif
+#ifndef GDN_SCHEME32
+#define GDN_SCHEME32 1
+#endif
+template <int BV> __host__ __device__ constexpr int walk_scheme() {
+    return GDN_OW == 0 ? WALK_SINGLE : BV == 16 ? GDN_SCHEME16 : BV == 32 ? GDN_SCHEME32 : WALK_SINGLE;
+}
+template <int BV> __host__ __device__ constexpr bool output_walkers() { return walk_scheme<BV>() != WALK_SINGLE; }
+template <int BV> __host__ __device__ constexpr int walker_warps() { return (BV / 16) * (1 + walk_scheme<BV>()); }
+// Producer warps per CTA (v9 defaults): bv16 KSPLIT 5 (8 warps: state 0-1, output 2, producers 3-7), bv32 MIRROR 4
+// (8 warps: state 0-1, output 2-3, producers 4-7), bv64 5, bv128 4; schemes under experiment: KSPLIT bv32 3 (4 does
+// not fit shared memory), MIRROR bv16 5 (+ an idle warp), SINGLE bv16 6 (+ an idle warp), bv32 5.
 template <int BV> __host__ __device__ constexpr int producers() {
 #ifdef GDN_NP
     return GDN_NP;
 #else
-    return output_walkers<BV>() ? (BV == 16 ? 5 : 4) : (BV == 16 ? 6 : (BV == 128 ? 4 : 5));
+    return walk_scheme<BV>() == WALK_KSPLIT ? (BV == 16 ? 5 : 3)
+           : walk_scheme<BV>() == WALK_MIRROR ? (BV == 16 ? 5 : 4)
+                                              : (BV == 16 ? 6 : (BV == 128 ? 4 : 5));
 #endif
 }
+// v5.1: bv16 without KSPLIT keeps its first walker alone on sub-partition 0 (warp 4 idles: warp w issues on
+// sub-partition w % 4).
 template <int BV> __host__ __device__ constexpr int idle_warps() {
 #ifdef GDN_NP
     return 0;
 #else
-    return BV == 16 ? 1 : 0;
+    return BV == 16 && walk_scheme<BV>() != WALK_KSPLIT ? 1 : 0;
 #endif
 }
 template <int BV> __host__ __device__ constexpr int block_threads() {
     return 32 * (walker_warps<BV>() + producers<BV>() + idle_warps<BV>());
 }
 template <int NP> __host__ __device__ constexpr int ring_depth() { return 2 * NP + 1; }
-constexpr int VN_BYTES = 32 * 32;  // per state walker and ring slot: Vn, 8 f32 per lane (mma C-fragment order)
-// Dynamic shared memory: R slots, (OW) R·(BV/16) Vn hand-offs, NP producer scratch, BV/16 output stagings, then the
-// mbarriers FULL[R], EMPTY[R] and (OW) VN[R].
-template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
-    return ring_depth<NP>() * (Slot<BV>::BYTES + (output_walkers<BV>() ? (BV / 16) * VN_BYTES : 0)) + NP * PS_BYTES +
-           (BV / 16) * WS_BYTES + (output_walkers<BV>() ? 24 : 16) * ring_depth<NP>();
+// Hand-off from the state walker(s) of a row group to its output walker, per ring slot: Vn (f32, 8 per lane in mma
+// C-fragment order; KSPLIT: n-tile kh written by state walker kh) then (KSPLIT) bf16(Sᵀ) as the A fragments of the 8
+// k-steps (16 B per lane and step; steps 4kh..4kh+3 written by state walker kh), exactly the operands Z used.
+constexpr int VN_BYTES = 32 * 32;
+constexpr int SH_BYTES = 8 * 32 * 16;
+template <int BV> __host__ __device__ constexpr int handoff_bytes() {
+    return walk_scheme<BV>() == WALK_KSPLIT ? VN_BYTES + SH_BYTES : walk_scheme<BV>() == WALK_MIRROR ? VN_BYTES : 0;
 }
-#if GDN_OW && !defined(GDN_NP)
-static_assert(smem_bytes<16, producers<16>()>() == 176456 && smem_bytes<32, producers<32>()>() == 159000 &&
+// (KSPLIT) Z-partial exchange of a k-split pair: [chunk parity][k half][lane] 8 f32 (double-buffered by chunk parity,
+// so one named barrier per chunk suffices).
+constexpr int ZX_BYTES = 2 * 2 * 32 * 32;  // 4096 per row group
+template <int BV> __host__ __device__ constexpr int zx_bytes() { return walk_scheme<BV>() == WALK_KSPLIT ? ZX_BYTES : 0; }
+// Dynamic shared memory: R slots, R·(BV/16) hand-offs, NP producer scratch, BV/16 output stagings, BV/16 Z exchanges,
+// then the mbarriers FULL[R], EMPTY[R] and (output walkers) VN[R].
+template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
+    return ring_depth<NP>() * (Slot<BV>::BYTES + (BV / 16) * handoff_bytes<BV>()) + NP * PS_BYTES + (BV / 16) * WS_BYTES +
+           (BV / 16) * zx_bytes<BV>() + (output_walkers<BV>() ? 24 : 16) * ring_depth<NP>();
+}
+#if GDN_OW && GDN_SCHEME16 == 2 && GDN_SCHEME32 == 1 && !defined(GDN_NP)
+static_assert(smem_bytes<16, producers<16>()>() == 225608 && smem_bytes<32, producers<32>()>() == 159000 &&
                   smem_bytes<64, producers<64>()>() == 184304 && smem_bytes<128, producers<128>()>() == 172752 &&
                   block_threads<16>() == 256 && block_threads<32>() == 256 && block_threads<64>() == 288 &&
                   block_threads<128>() == 384,
-              "v8 launch table (mirrored by the Rust runtime, src/registry.rs)");
+              "v9 launch table (mirrored by the Rust runtime, src/registry.rs)");
 #endif
 // The launch table as data, for the device harness (cuModuleGetGlobal): {BV, threads, dynamic smem} per variant.
 extern "C" __device__ const int gdn_prefill_launch[4][3] = {
@@ -218,11 +256,32 @@ extern "C" __device__ long long gdn_trace2[256][16];
     do {                                                                                                 \
         if ((cond) && lane == 0 && blockIdx.x < 256) gdn_trace[blockIdx.x][ev] = (val);                    \
     } while (0)
+// gdn_trace3: steady-state accumulators (cycles summed over all chunks of the CTA): 0 state walker 0's FULL waits,
+// 1 its Z-exchange barrier waits, 2 its whole loop, 3 output walker 0's FULL + VN waits, 4 its whole loop, 5 producer
+// 0's EMPTY waits, 6 its waits for landed copies, 7 its whole loop, 8 its chunk math, 9 chunks (count), 10 state
+// walker 1's barrier waits; state walker 0's phases: 11 FULL wait start .. Z partial stored, 12 exchange done .. Vn
+// stored (X, update issued), 13 the VN arrive.
+extern "C" __device__ long long gdn_trace3[256][16];
+#define GDN_CLK(v) const long long v = clock64()
+#define GDN_ACC(acc, v) acc += clock64() - (v)
+#define GDN_TR3(cond, ev, val)                                                                           \
+    do {                                                                                                 \
+        if ((cond) && lane == 0 && blockIdx.x < 256) gdn_trace3[blockIdx.x][ev] = (val);                   \
+    } while (0)
 #define GDN_TR2(cond, ev)                                                                                \
     do {                                                                                                 \
         if ((cond) && lane == 0 && blockIdx.x < 256) gdn_trace2[blockIdx.x][ev] = clock64();               \
     } while (0)
 #else
+#define GDN_CLK(v) \
+    do {           \
+    } while (0)
+#define GDN_ACC(acc, v) \
+    do {                \
+    } while (0)
+#define GDN_TR3(cond, ev, val) \
+    do {                       \
+    } while (0)
 #define GDN_TR2(cond, ev) \
     do {                  \
     } while (0)
@@ -436,212 +495,514 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
 }
 
 // ------------------------------------------------------------------ walkers
-// Value rows [vw, vw + 16) of one CTA. ROLE 0: the only walker of its rows (no output walkers); 1: state walker (carries
-// S through the chunks, writes the final state); 2: output walker (OW: mirrors S from the state walker's Vn and writes
-// the outputs). v8.1: one instantiation per role, so that no per-step role branch splits the unrolled loops into
-// basic blocks (v8 had them and lost the ldmatrix/mma overlap: 1x1024 42.5 -> 63.6 us).
-template <int ROLE, int NW, int NP, bool BF16STATE>
-__device__ __forceinline__ void walker(const PrefillParams& p, unsigned char* smem, unsigned char* vnring,
-                                       unsigned char* wstage, u32 full0, u32 empty0, u32 vn0, i64 seq, int h, int v0,
-                                       int lane, int warp, i64 bos, i64 eos, i64 len, int nch) {
+// Shared pieces. Fragment conventions (mma.sync m16n8k16): an accumulator [nt][r] of a 16 x 16 product holds
+// (row g, cols 8nt + 2t, +1) in r = 0, 1 and (row g + 8, same cols) in r = 2, 3.
+struct WalkerLanes {
+    u32 lo_row, lo_16, lo_vt, lo_tt;
+};
+template <int BV>
+__device__ __forceinline__ WalkerLanes walker_lanes(int lane, int wv) {
+    WalkerLanes l;
+    l.lo_row = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;   // K/Q tiles
+    l.lo_16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;  // 16x16 tiles
+    l.lo_vt = (u32)(((lane & 7) + 8 * (lane >> 4)) * Slot<BV>::LDV + 16 * wv + 8 * ((lane >> 3) & 1)) * 2;  // Vᵀ
+    l.lo_tt = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDS16 + 8 * ((lane >> 3) & 1)) * 2;  // transposed 16x16
+    return l;
+}
+
+// Vn = U − X with U = Vᵀ Tbᵀ (hi + lo) and X = Sᵀ Wᵀ = Z Tgᵀ (Z and Tg as hi + lo: 3 products), [16 v][16 tokens].
+// (v5: W = Tg K is never formed by the producers nor rounded to bf16.) In two parts so that a walker can issue the
+// Z-independent half (the tile loads and U's 4 mma) before Z is known (v9: off the state chain).
+struct VnOperands {
+    float U[2][4];
+    u32 gh[4], gl[4];
+};
+template <int BV>
+__device__ __forceinline__ void vn_prepare(const unsigned char* slot, const WalkerLanes& l, VnOperands& o) {
+    using SL = Slot<BV>;
+    u32 va[4], th[4], tl[4];
+    ldsm_x4_t(smem_addr(slot + SL::V_OFF) + l.lo_vt, va[0], va[1], va[2], va[3]);
+    ldsm_x4_t(smem_addr(slot + SL::TBH_OFF) + l.lo_tt, th[0], th[1], th[2], th[3]);
+    ldsm_x4_t(smem_addr(slot + SL::TBL_OFF) + l.lo_tt, tl[0], tl[1], tl[2], tl[3]);
+    ldsm_x4_t(smem_addr(slot + SL::TGH_OFF) + l.lo_tt, o.gh[0], o.gh[1], o.gh[2], o.gh[3]);
+    ldsm_x4_t(smem_addr(slot + SL::TGL_OFF) + l.lo_tt, o.gl[0], o.gl[1], o.gl[2], o.gl[3]);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) o.U[nt][r] = 0.f;
+        mma4(o.U[nt], va, th[nt], th[nt + 2]);
+        mma4(o.U[nt], va, tl[nt], tl[nt + 2]);
+    }
+}
+// X's three products go to three accumulators (one mma deep each: the X step is on the state chain), summed as
+// zh·gh + (zl·gh + zh·gl).
+__device__ __forceinline__ void vn_finish(const VnOperands& o, const float (&Z)[2][4], float (&Vn)[2][4]) {
+    u32 zh[4], zl[4];
+    // Z accumulator [nt][r] -> A fragment (k = tokens): a0 (g, 2t..) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+    split_bf16(Z[0][0], Z[0][1], zh[0], zl[0]);
+    split_bf16(Z[0][2], Z[0][3], zh[1], zl[1]);
+    split_bf16(Z[1][0], Z[1][1], zh[2], zl[2]);
+    split_bf16(Z[1][2], Z[1][3], zh[3], zl[3]);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+        float xa[4] = {}, xb[4] = {}, xc[4] = {};
+        mma4(xa, zh, o.gh[nt], o.gh[nt + 2]);
+        mma4(xb, zl, o.gh[nt], o.gh[nt + 2]);
+        mma4(xc, zh, o.gl[nt], o.gl[nt + 2]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) Vn[nt][r] = o.U[nt][r] - (xa[r] + (xb[r] + xc[r]));
+    }
+}
+
+// O = scale e^γ ⊙ Y + Vn Pᵀ, Vn and P as hi + lo (3 products); Y given as two k-parity partial sums.
+template <int BV>
+__device__ __forceinline__ void form_output(const unsigned char* slot, const WalkerLanes& l, int t,
+                                            const float (&Y)[2][2][4], const float (&Vn)[2][4], float (&O)[2][4]) {
+    using SL = Slot<BV>;
+    const float* egq = reinterpret_cast<const float*>(slot + SL::EGQ_OFF);
+    const float2 q0 = *reinterpret_cast<const float2*>(egq + 2 * t);
+    const float2 q1 = *reinterpret_cast<const float2*>(egq + 8 + 2 * t);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        O[0][2 * hr] = q0.x * (Y[0][0][2 * hr] + Y[1][0][2 * hr]);
+        O[0][2 * hr + 1] = q0.y * (Y[0][0][2 * hr + 1] + Y[1][0][2 * hr + 1]);
+        O[1][2 * hr] = q1.x * (Y[0][1][2 * hr] + Y[1][1][2 * hr]);
+        O[1][2 * hr + 1] = q1.y * (Y[0][1][2 * hr + 1] + Y[1][1][2 * hr + 1]);
+    }
+    u32 vh[4], vl[4], ph[4], pl[4];
+    split_bf16(Vn[0][0], Vn[0][1], vh[0], vl[0]);
+    split_bf16(Vn[0][2], Vn[0][3], vh[1], vl[1]);
+    split_bf16(Vn[1][0], Vn[1][1], vh[2], vl[2]);
+    split_bf16(Vn[1][2], Vn[1][3], vh[3], vl[3]);
+    ldsm_x4(smem_addr(slot + SL::PH_OFF) + l.lo_16, ph[0], ph[1], ph[2], ph[3]);
+    ldsm_x4(smem_addr(slot + SL::PL_OFF) + l.lo_16, pl[0], pl[1], pl[2], pl[3]);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+        mma4(O[nt], vh, ph[nt], ph[nt + 2]);
+        mma4(O[nt], vl, ph[nt], ph[nt + 2]);
+        mma4(O[nt], vh, pl[nt], pl[nt + 2]);
+    }
+}
+
+// Stage Oᵀ as [token][v] bf16 in the warp's staging tile, then one 16-byte store per lane (tokens < eos only).
+__device__ __forceinline__ void store_output(const PrefillParams& p, unsigned char* ostage, const float (&O)[2][4],
+                                             i64 tok0, i64 eos, int h, int vw, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(ostage);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) os[(8 * nt + 2 * t + (r & 1)) * LDS16 + g + 8 * (r >> 1)] = __float2bfloat16_rn(O[nt][r]);
+    __syncwarp();
+    const int i = lane >> 1, half = lane & 1;
+    const i64 tok = tok0 + i;
+    if (tok < eos) {
+        const uint4 val = *reinterpret_cast<const uint4*>(os + i * LDS16 + 8 * half);
+        *reinterpret_cast<uint4*>(p.out + (tok * p.num_v_heads + h) * (i64)D + vw + 8 * half) = val;
+    }
+    __syncwarp();
+}
+
+// The state update's chunk scalars: e^{γ_C − γ_j} of this lane's token columns (2t, 2t+1, 2t+8, 2t+9) and e^{γ_C}.
+struct UpdScale {
+    float2 e0, e1;
+    float egc;
+};
+template <int BV>
+__device__ __forceinline__ UpdScale load_upd_scale(const unsigned char* slot, int t) {
+    using SL = Slot<BV>;
+    const float* ec = reinterpret_cast<const float*>(slot + SL::EC_OFF);
+    return UpdScale{*reinterpret_cast<const float2*>(ec + 2 * t), *reinterpret_cast<const float2*>(ec + 8 + 2 * t),
+                    reinterpret_cast<const float*>(slot + SL::EGC_OFF)[0]};
+}
+// The update operand Vn·e^{γC−γ} as the A fragment of one bf16 (v5 default; its 2^-9 relative rounding goes straight
+// into S and, with unnormalised k, is the dominant new_state error: results/prefill_kernels.md, "Raw q/k new_state
+// failures"); GDN_UPD_HILO=1 also gives the lo half (+16 mma per 16 rows).
+__device__ __forceinline__ void update_operand(const UpdScale& e, const float (&Vn)[2][4], u32 (&u)[4], u32 (&l)[4]) {
+    split_bf16(Vn[0][0] * e.e0.x, Vn[0][1] * e.e0.y, u[0], l[0]);
+    split_bf16(Vn[0][2] * e.e0.x, Vn[0][3] * e.e0.y, u[1], l[1]);
+    split_bf16(Vn[1][0] * e.e1.x, Vn[1][1] * e.e1.y, u[2], l[2]);
+    split_bf16(Vn[1][2] * e.e1.x, Vn[1][3] * e.e1.y, u[3], l[3]);
+}
+
+// The update's B operands: K[16 tokens][16 k] pairs as ldmatrix.trans fragments, NT / 2 of them from ks (already
+// offset to the first k column).
+template <int NT>
+__device__ __forceinline__ void load_update_k(u32 ks, u32 lo_row, u32 (&kf)[NT / 2][4]) {
+#pragma unroll
+    for (int pp = 0; pp < NT / 2; ++pp) ldsm_x4_t(ks + lo_row + pp * 32, kf[pp]);
+}
+// S ← e^{γ_C} S + (Vn ⊙ e^{γ_C − γ}) K over NT k-tiles of 8 (S already scaled by e^{γ_C}: see scale_state).
+template <int NT>
+__device__ __forceinline__ void scale_state(float (&S)[NT][4], float egc) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) S[nt][r] *= egc;
+}
+template <int NT>
+__device__ __forceinline__ void state_update(float (&S)[NT][4], const u32 (&kf)[NT / 2][4], const u32 (&u)[4],
+                                             const u32 (&l)[4]) {
+#pragma unroll
+    for (int pp = 0; pp < NT / 2; ++pp) {
+#if GDN_UPD_HILO
+        mma(S[2 * pp], l[0], l[1], l[2], l[3], kf[pp][0], kf[pp][1]);
+        mma(S[2 * pp + 1], l[0], l[1], l[2], l[3], kf[pp][2], kf[pp][3]);
+#endif
+        mma(S[2 * pp], u[0], u[1], u[2], u[3], kf[pp][0], kf[pp][1]);
+        mma(S[2 * pp + 1], u[0], u[1], u[2], u[3], kf[pp][2], kf[pp][3]);
+    }
+}
+
+// Load / store NT k-tiles of 8 of Sᵀ rows vw + g (+8), k columns kb + 8nt + 2t (+1); zeros when there is no state.
+template <int NT, bool BF16STATE>
+__device__ __forceinline__ void load_state(const PrefillParams& p, float (&S)[NT][4], i64 sbase, int kb, int lane,
+                                           bool have) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        if (have) {
+            const float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + kb + 8 * nt + 2 * t);
+            const float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + kb + 8 * nt + 2 * t);
+            S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
+        } else {
+            S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
+        }
+    }
+}
+template <int NT, bool BF16STATE>
+__device__ __forceinline__ void store_state(const PrefillParams& p, const float (&S)[NT][4], i64 sbase, int kb, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + kb + 8 * nt + 2 * t, S[nt][0], S[nt][1]);
+        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + kb + 8 * nt + 2 * t, S[nt][2], S[nt][3]);
+    }
+}
+
+// ---- single walker (no output walkers: bv64, bv128, -DGDN_OW=0): value rows [vw, vw + 16), the whole chunk.
+// Its state slice Sᵀ[16 v][128 k] lives in fp32 mma accumulator fragments (64 registers) for the whole sequence.
+template <int NW, int NP, bool BF16STATE>
+__device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned char* smem, unsigned char* wstage,
+                                              u32 full0, u32 empty0, i64 seq, int h, int v0, int lane, int warp,
+                                              i64 bos, i64 eos, i64 len, int nch) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
     using SL = Slot<BV>;
     const int HV = p.num_v_heads;
-    const int g = lane >> 2, t = lane & 3;
-    const int wv = ROLE == 2 ? warp - NW : warp;
-    const int vw = v0 + 16 * wv;
-    unsigned char* ostage = wstage + wv * WS_BYTES;
-    float S[16][4];  // Sᵀ[v][k]: tile nt = k 8nt..8nt+7; [0]=(g,2t) [1]=(g,2t+1) [2]=(g+8,2t) [3]=(g+8,2t+1)
+    const int t = lane & 3;
+    const int vw = v0 + 16 * warp;
+    const WalkerLanes l = walker_lanes<BV>(lane, warp);
+    float S[16][4];  // Sᵀ[v][k]: tile nt = k 8nt..8nt+7
     const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
-    if (p.state != nullptr && len > 0) {
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) {
-            float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + 8 * nt + 2 * t);
-            float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t);
-            S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
-        }
-    } else {
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt) S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
-    }
-
-    const u32 lo_row = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;             // K/Q/W tiles
-    const u32 lo_16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;            // 16x16 tiles
-    const u32 lo_vt = (u32)(((lane & 7) + 8 * (lane >> 4)) * SL::LDV + 16 * wv + 8 * ((lane >> 3) & 1)) * 2;  // Vᵀ
-    const u32 lo_tt = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDS16 + 8 * ((lane >> 3) & 1)) * 2;  // transposed 16x16
-
+    load_state<16, BF16STATE>(p, S, sbase, 0, lane, p.state != nullptr && len > 0);
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c % R) * SL::BYTES;
-        float4* vnx = reinterpret_cast<float4*>(vnring + ((c % R) * NW + wv) * VN_BYTES) + 2 * lane;  // (OW) hand-off
         mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
         GDN_TR(warp == 0 && c < 2, 8 + 2 * c, clock64());
-#ifdef GDN_ABLATE_WALK  // timing ablation (harness only; results wrong): no chunk math, only the hand-off
-        if (ROLE == 1) mbar_arrive(vn0 + 8 * (c % R));
+#ifdef GDN_ABLATE_WALK  // timing ablation (harness only; results wrong): no chunk math
         mbar_arrive(empty0 + 8 * (c % R));
         continue;
 #endif
         const u32 ks = smem_addr(slot + SL::K_OFF), qs = smem_addr(slot + SL::Q_OFF);
-        // ---- Z = Sᵀ Kᵀ (state walker) and Y = Sᵀ Qᵀ (output walker; both in one warp without OW), [16 v][16 tokens],
-        // k-dim 128; two accumulator sets for short chains
+        // ---- Z = Sᵀ Kᵀ and Y = Sᵀ Qᵀ, [16 v][16 tokens], k-dim 128; two accumulator sets for short chains
         float Z[2][2][4] = {}, Y[2][2][4] = {};
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
             const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
-            if (ROLE != 2) {
-                u32 w0, w1, w2, w3;
-                ldsm_x4(ks + lo_row + s * 32, w0, w1, w2, w3);
-                mma(Z[s & 1][0], a0, a1, a2, a3, w0, w2);
-                mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
-            }
-            if (ROLE != 1) {
-                u32 q0, q1, q2, q3;
-                ldsm_x4(qs + lo_row + s * 32, q0, q1, q2, q3);
-                mma(Y[s & 1][0], a0, a1, a2, a3, q0, q2);
-                mma(Y[s & 1][1], a0, a1, a2, a3, q1, q3);
-            }
+            u32 w0, w1, w2, w3, q0, q1, q2, q3;
+            ldsm_x4(ks + l.lo_row + s * 32, w0, w1, w2, w3);
+            mma(Z[s & 1][0], a0, a1, a2, a3, w0, w2);
+            mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
+            ldsm_x4(qs + l.lo_row + s * 32, q0, q1, q2, q3);
+            mma(Y[s & 1][0], a0, a1, a2, a3, q0, q2);
+            mma(Y[s & 1][1], a0, a1, a2, a3, q1, q3);
         }
-        float Vn[2][4];
-        if constexpr (ROLE != 2) {
-            // ---- U = Vᵀ Tbᵀ (hi + lo) and X = Sᵀ Wᵀ = Z Tgᵀ (Z and Tg as hi + lo: 3 products), [16 v][16 tokens].
-            // (v5: W = Tg K is no longer formed by the producers nor rounded to bf16.)
-            float U[2][4] = {}, X[2][4] = {};
-            {
-                u32 va[4], th[4], tl[4], gh[4], gl[4], zh[4], zl[4];
-                ldsm_x4_t(smem_addr(slot + SL::V_OFF) + lo_vt, va[0], va[1], va[2], va[3]);
-                ldsm_x4_t(smem_addr(slot + SL::TBH_OFF) + lo_tt, th[0], th[1], th[2], th[3]);
-                ldsm_x4_t(smem_addr(slot + SL::TBL_OFF) + lo_tt, tl[0], tl[1], tl[2], tl[3]);
-                ldsm_x4_t(smem_addr(slot + SL::TGH_OFF) + lo_tt, gh[0], gh[1], gh[2], gh[3]);
-                ldsm_x4_t(smem_addr(slot + SL::TGL_OFF) + lo_tt, gl[0], gl[1], gl[2], gl[3]);
-                mma4(U[0], va, th[0], th[2]);
-                mma4(U[1], va, th[1], th[3]);
-                // Z accumulator [nt][r] -> A fragment (k = tokens): a0 (g, 2t..) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
-                split_bf16(Z[0][0][0] + Z[1][0][0], Z[0][0][1] + Z[1][0][1], zh[0], zl[0]);
-                split_bf16(Z[0][0][2] + Z[1][0][2], Z[0][0][3] + Z[1][0][3], zh[1], zl[1]);
-                split_bf16(Z[0][1][0] + Z[1][1][0], Z[0][1][1] + Z[1][1][1], zh[2], zl[2]);
-                split_bf16(Z[0][1][2] + Z[1][1][2], Z[0][1][3] + Z[1][1][3], zh[3], zl[3]);
-                mma4(U[0], va, tl[0], tl[2]);
-                mma4(U[1], va, tl[1], tl[3]);
+        float Zs[2][4], Vn[2][4], O[2][4];
 #pragma unroll
-                for (int nt = 0; nt < 2; ++nt) {
-                    mma4(X[nt], zh, gh[nt], gh[nt + 2]);
-                    mma4(X[nt], zl, gh[nt], gh[nt + 2]);
-                    mma4(X[nt], zh, gl[nt], gl[nt + 2]);
-                }
-            }
-            // ---- Vn = U − X (f32), [16 v][16 tokens]
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) Vn[nt][r] = U[nt][r] - X[nt][r];
-            if (ROLE == 1) {  // hand Vn to the output walker (exact f32), then go on with the update
-                vnx[0] = make_float4(Vn[0][0], Vn[0][1], Vn[0][2], Vn[0][3]);
-                vnx[1] = make_float4(Vn[1][0], Vn[1][1], Vn[1][2], Vn[1][3]);
-                mbar_arrive(vn0 + 8 * (c % R));  // release: the stores above happen-before the output walker's reads
-            }
-        } else {
-            mbar_wait(vn0 + 8 * (c % R), (u32)(c / R) & 1u);
-            const float4 x0 = vnx[0], x1 = vnx[1];
-            Vn[0][0] = x0.x; Vn[0][1] = x0.y; Vn[0][2] = x0.z; Vn[0][3] = x0.w;
-            Vn[1][0] = x1.x; Vn[1][1] = x1.y; Vn[1][2] = x1.z; Vn[1][3] = x1.w;
-        }
-        // ---- O = scale e^γ ⊙ Y + Vn Pᵀ, Vn and P as hi + lo (3 products); the output walker forms it before its
-        // copy of the update (the output is its critical path), a walker without OW after the update (as v5-v7)
-        float O[2][4];
-        auto output = [&]() {
-            const float* egq = reinterpret_cast<const float*>(slot + SL::EGQ_OFF);
-            const float2 q0 = *reinterpret_cast<const float2*>(egq + 2 * t);
-            const float2 q1 = *reinterpret_cast<const float2*>(egq + 8 + 2 * t);
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                O[0][2 * hr] = q0.x * (Y[0][0][2 * hr] + Y[1][0][2 * hr]);
-                O[0][2 * hr + 1] = q0.y * (Y[0][0][2 * hr + 1] + Y[1][0][2 * hr + 1]);
-                O[1][2 * hr] = q1.x * (Y[0][1][2 * hr] + Y[1][1][2 * hr]);
-                O[1][2 * hr + 1] = q1.y * (Y[0][1][2 * hr + 1] + Y[1][1][2 * hr + 1]);
-            }
-            u32 vh[4], vl[4], ph[4], pl[4];
-            split_bf16(Vn[0][0], Vn[0][1], vh[0], vl[0]);
-            split_bf16(Vn[0][2], Vn[0][3], vh[1], vl[1]);
-            split_bf16(Vn[1][0], Vn[1][1], vh[2], vl[2]);
-            split_bf16(Vn[1][2], Vn[1][3], vh[3], vl[3]);
-            ldsm_x4(smem_addr(slot + SL::PH_OFF) + lo_16, ph[0], ph[1], ph[2], ph[3]);
-            ldsm_x4(smem_addr(slot + SL::PL_OFF) + lo_16, pl[0], pl[1], pl[2], pl[3]);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                mma4(O[nt], vh, ph[nt], ph[nt + 2]);
-                mma4(O[nt], vl, ph[nt], ph[nt + 2]);
-                mma4(O[nt], vh, pl[nt], pl[nt + 2]);
-            }
-        };
-        if constexpr (ROLE == 2) output();
-        // ---- state update: S ← e^{γ_C} S + (Vn ⊙ e^{γ_C − γ_j}) K   (the sequential chain; the output walker
-        // repeats it on the same operands, so its S stays the state walker's S bit for bit)
-        {
-            const float* ec = reinterpret_cast<const float*>(slot + SL::EC_OFF);
-            const float egc = reinterpret_cast<const float*>(slot + SL::EGC_OFF)[0];
-            const float2 e0 = *reinterpret_cast<const float2*>(ec + 2 * t);
-            const float2 e1 = *reinterpret_cast<const float2*>(ec + 8 + 2 * t);
-            // Update operand Vn·e^{γC−γ}: one bf16 (v5 default; its 2^-9 relative rounding goes straight into S and,
-            // with unnormalised k, is the dominant new_state error: results/prefill_kernels.md, "Raw q/k new_state
-            // failures"). GDN_UPD_HILO=1 adds the lo half (+16 mma).
-            u32 u0, u1, u2, u3, l0, l1, l2, l3;
-            split_bf16(Vn[0][0] * e0.x, Vn[0][1] * e0.y, u0, l0);
-            split_bf16(Vn[0][2] * e0.x, Vn[0][3] * e0.y, u1, l1);
-            split_bf16(Vn[1][0] * e1.x, Vn[1][1] * e1.y, u2, l2);
-            split_bf16(Vn[1][2] * e1.x, Vn[1][3] * e1.y, u3, l3);
-            GDN_TR2(warp == 0 && (c < 2 || c == 5), 8 + 2 * (c < 2 ? c : 2));
-#pragma unroll
-            for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) S[nt][r] *= egc;
-#pragma unroll
-            for (int pp = 0; pp < 8; ++pp) {
-                u32 b0, b1, b2, b3;
-                ldsm_x4_t(ks + lo_row + pp * 32, b0, b1, b2, b3);
-#if GDN_UPD_HILO
-                mma(S[2 * pp], l0, l1, l2, l3, b0, b1);
-                mma(S[2 * pp + 1], l0, l1, l2, l3, b2, b3);
-#endif
-                mma(S[2 * pp], u0, u1, u2, u3, b0, b1);
-                mma(S[2 * pp + 1], u0, u1, u2, u3, b2, b3);
-            }
-        }
-        if constexpr (ROLE == 0) output();
+            for (int r = 0; r < 4; ++r) Zs[nt][r] = Z[0][nt][r] + Z[1][nt][r];
+        VnOperands vo;
+        vn_prepare<BV>(slot, l, vo);
+        vn_finish(vo, Zs, Vn);
+        const UpdScale e = load_upd_scale<BV>(slot, t);
+        u32 u[4], ul[4], kf[8][4];
+        update_operand(e, Vn, u, ul);
+        GDN_TR2(warp == 0 && (c < 2 || c == 5), 8 + 2 * (c < 2 ? c : 2));
+        scale_state<16>(S, e.egc);
+        load_update_k<16>(ks, l.lo_row, kf);
+        state_update<16>(S, kf, u, ul);
+        form_output<BV>(slot, l, t, Y, Vn, O);
         mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
-        // ---- output: stage Oᵀ as [token][v] bf16, then one 16-byte store per lane
-        if constexpr (ROLE != 1) {
-            __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(ostage);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int r = 0; r < 4; ++r)
-                    os[(8 * nt + 2 * t + (r & 1)) * LDS16 + g + 8 * (r >> 1)] = __float2bfloat16_rn(O[nt][r]);
-            GDN_TR2((ROLE == 2 ? warp == NW : ROLE == 0 && warp == 0) && (c < 2 || c == 5), 9 + 2 * (c < 2 ? c : 2));
-            __syncwarp();
-            const int i = lane >> 1, half = lane & 1;
-            const i64 tok = bos + (i64)c * C + i;
-            if (tok < eos) {
-                const uint4 val = *reinterpret_cast<const uint4*>(os + i * LDS16 + 8 * half);
-                *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + vw + 8 * half) = val;
-            }
-            __syncwarp();
-        }
-        GDN_TR((ROLE == 2 ? warp == NW : ROLE == 0 && warp == 0) && c < 2, 9 + 2 * c, clock64());
+        store_output(p, wstage + warp * WS_BYTES, O, bos + (i64)c * C, eos, h, vw, lane);
+        GDN_TR2(warp == 0 && (c < 2 || c == 5), 9 + 2 * (c < 2 ? c : 2));
+        GDN_TR(warp == 0 && c < 2, 9 + 2 * c, clock64());
     }
-    GDN_TR((ROLE == 2 ? warp == NW : ROLE == 0 && warp == 0), 12, clock64());
-    if constexpr (ROLE == 2) return;
-    // ---- final state (zeros for an empty sequence)
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt) {
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * nt + 2 * t, S[nt][0], S[nt][1]);
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * nt + 2 * t, S[nt][2], S[nt][3]);
-    }
+    GDN_TR(warp == 0, 12, clock64());
+    store_state<16, BF16STATE>(p, S, sbase, 0, lane);  // (zeros for an empty sequence)
     GDN_TR(warp == 0, 13, clock64());
 #ifdef GDN_TRACE
     GDN_TR(warp == 0, 14, clock64());
     GDN_TR(warp == 0, 15, gtimer());
 #endif
+}
+
+// ---- v8 MIRROR walkers (bv32): ROLE 1, the state walker of rows [vw, vw + 16) (warp wv), runs Z = Sᵀ Kᵀ, U, X, Vn
+// and the update (42 mma) and hands Vn (exact f32) to ROLE 2, the output walker (warp NW + wv), which mirrors S by
+// applying the same update to the same operands (so the same bits) and forms Y = Sᵀ Qᵀ and O (38 mma), at most a
+// ring behind. One instantiation per role: a role branch inside the unrolled loops cost v8's first build 50%.
+template <int ROLE, int NW, int NP, bool BF16STATE>
+__device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
+                                              unsigned char* wstage, u32 full0, u32 empty0, u32 vn0, i64 seq, int h,
+                                              int v0, int lane, int warp, i64 bos, i64 eos, i64 len, int nch) {
+    constexpr int BV = 16 * NW;
+    constexpr int R = ring_depth<NP>();
+    using SL = Slot<BV>;
+    const int HV = p.num_v_heads;
+    const int t = lane & 3;
+    const int wv = ROLE == 2 ? warp - NW : warp;
+    const int vw = v0 + 16 * wv;
+    const WalkerLanes l = walker_lanes<BV>(lane, wv);
+    float S[16][4];
+    const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
+    load_state<16, BF16STATE>(p, S, sbase, 0, lane, p.state != nullptr && len > 0);
+    for (int c = 0; c < nch; ++c) {
+        unsigned char* slot = smem + (c % R) * SL::BYTES;
+        float4* vnx = reinterpret_cast<float4*>(hring + ((c % R) * NW + wv) * handoff_bytes<BV>()) + 2 * lane;
+        mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
+        GDN_TR(warp == 0 && c < 2, 8 + 2 * c, clock64());
+#ifdef GDN_ABLATE_WALK
+        if (ROLE == 1) mbar_arrive(vn0 + 8 * (c % R));
+        mbar_arrive(empty0 + 8 * (c % R));
+        continue;
+#endif
+        const u32 ks = smem_addr(slot + SL::K_OFF), qs = smem_addr(slot + SL::Q_OFF);
+        // ---- ROLE 1: Z = Sᵀ Kᵀ; ROLE 2: Y = Sᵀ Qᵀ ([16 v][16 tokens], k-dim 128, two accumulator sets)
+        float ZY[2][2][4] = {};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
+            const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
+            u32 w0, w1, w2, w3;
+            ldsm_x4((ROLE == 1 ? ks : qs) + l.lo_row + s * 32, w0, w1, w2, w3);
+            mma(ZY[s & 1][0], a0, a1, a2, a3, w0, w2);
+            mma(ZY[s & 1][1], a0, a1, a2, a3, w1, w3);
+        }
+        float Vn[2][4], O[2][4];
+        if constexpr (ROLE == 1) {
+            float Zs[2][4];
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) Zs[nt][r] = ZY[0][nt][r] + ZY[1][nt][r];
+            VnOperands vo;
+            vn_prepare<BV>(slot, l, vo);
+            vn_finish(vo, Zs, Vn);
+            vnx[0] = make_float4(Vn[0][0], Vn[0][1], Vn[0][2], Vn[0][3]);
+            vnx[1] = make_float4(Vn[1][0], Vn[1][1], Vn[1][2], Vn[1][3]);
+            mbar_arrive(vn0 + 8 * (c % R));  // release: the stores above happen-before the output walker's reads
+        } else {
+            mbar_wait(vn0 + 8 * (c % R), (u32)(c / R) & 1u);
+            const float4 x0 = vnx[0], x1 = vnx[1];
+            Vn[0][0] = x0.x; Vn[0][1] = x0.y; Vn[0][2] = x0.z; Vn[0][3] = x0.w;
+            Vn[1][0] = x1.x; Vn[1][1] = x1.y; Vn[1][2] = x1.z; Vn[1][3] = x1.w;
+            form_output<BV>(slot, l, t, ZY, Vn, O);  // before its copy of the update: the output is its critical path
+        }
+        // ---- the update, identical in both roles
+        const UpdScale e = load_upd_scale<BV>(slot, t);
+        u32 u[4], ul[4], kf[8][4];
+        update_operand(e, Vn, u, ul);
+        GDN_TR2(warp == 0 && (c < 2 || c == 5), 8 + 2 * (c < 2 ? c : 2));
+        scale_state<16>(S, e.egc);
+        load_update_k<16>(ks, l.lo_row, kf);
+        state_update<16>(S, kf, u, ul);
+        mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
+        if constexpr (ROLE == 2) {
+            store_output(p, wstage + wv * WS_BYTES, O, bos + (i64)c * C, eos, h, vw, lane);
+            GDN_TR2(warp == NW && (c < 2 || c == 5), 9 + 2 * (c < 2 ? c : 2));
+            GDN_TR(warp == NW && c < 2, 9 + 2 * c, clock64());
+        }
+    }
+    if constexpr (ROLE == 1) {
+        GDN_TR(warp == 0, 12, clock64());
+        store_state<16, BF16STATE>(p, S, sbase, 0, lane);  // (zeros for an empty sequence)
+        GDN_TR(warp == 0, 13, clock64());
+#ifdef GDN_TRACE
+        GDN_TR(warp == 0, 14, clock64());
+        GDN_TR(warp == 0, 15, gtimer());
+#endif
+    }
+}
+
+// ---- v9 KSPLIT state walker: warp 2wv + kh carries k half kh of Sᵀ rows [vw, vw + 16) — Sᵀ[16 v][64 k], 32 registers.
+// Per chunk: the partial Z_kh = Sᵀ_kh K_khᵀ (8 mma) — while packing Sᵀ_kh to bf16 it also hands those A fragments to
+// the output walker — then the two halves swap partials through shared memory (one named barrier per pair and
+// chunk) and both form Z = Z_0 + Z_1 (the same bits: fp32 addition commutes), U, X, Vn (10 mma, identical in both)
+// and update their own half of S (8 mma). 26 mma on the chain per warp instead of the v8 state walker's 42 — the two
+// halves issue on different sub-partitions. Vn goes to the output walker with the S fragments (n-tile kh from half kh).
+template <int NW, int NP, bool BF16STATE>
+__device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
+                                             unsigned char* zx, u32 full0, u32 empty0, u32 vn0, i64 seq, int h,
+                                             int v0, int lane, int warp, i64 len, int nch) {
+    constexpr int BV = 16 * NW;
+    constexpr int R = ring_depth<NP>();
+    using SL = Slot<BV>;
+    const int HV = p.num_v_heads;
+    const int t = lane & 3;
+    const int wv = warp >> 1, kh = warp & 1;
+    const int vw = v0 + 16 * wv;
+    const WalkerLanes l = walker_lanes<BV>(lane, wv);
+    float S[8][4];  // Sᵀ[v][64 kh + k]: tile nt = k 8nt..8nt+7 of this half
+    const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
+    load_state<8, BF16STATE>(p, S, sbase, 64 * kh, lane, p.state != nullptr && len > 0);
+    float4* const zmine = reinterpret_cast<float4*>(zx + wv * ZX_BYTES) + (kh * 32 + lane) * 2;  // + parity · 128
+    const float4* const zother = reinterpret_cast<const float4*>(zx + wv * ZX_BYTES) + ((1 - kh) * 32 + lane) * 2;
+    long long acc_full = 0, acc_bar = 0, acc_z = 0, acc_x = 0, acc_u = 0;
+    (void)acc_full; (void)acc_bar; (void)acc_z; (void)acc_x; (void)acc_u;
+    GDN_CLK(loop0);
+    for (int c = 0; c < nch; ++c) {
+        unsigned char* slot = smem + (c % R) * SL::BYTES;
+        unsigned char* hand = hring + ((c % R) * NW + wv) * handoff_bytes<BV>();
+        GDN_CLK(w0);
+        mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
+        GDN_ACC(acc_full, w0);
+        GDN_TR(warp == 0 && c < 2, 8 + 2 * c, clock64());
+#ifdef GDN_ABLATE_WALK  // timing ablation (harness only; results wrong): no chunk math, only the hand-offs
+        mbar_arrive(vn0 + 8 * (c % R));
+        mbar_arrive(empty0 + 8 * (c % R));
+        continue;
+#endif
+        const u32 ks = smem_addr(slot + SL::K_OFF) + 128 * kh;  // this half's 64 k columns
+        uint4* const sh = reinterpret_cast<uint4*>(hand + VN_BYTES) + 4 * kh * 32 + lane;  // k-steps 4kh.., stride 32
+        // ---- everything that does not depend on S first (off the chain): U and the Tg fragments, the update's K
+        // fragments and scalars (the exchange's barrier below would keep these loads behind it)
+        VnOperands vo;
+        vn_prepare<BV>(slot, l, vo);
+        u32 kf[4][4];
+        load_update_k<8>(ks, l.lo_row, kf);
+        const UpdScale e = load_upd_scale<BV>(slot, t);
+        // ---- partial Z = Sᵀ_kh K_khᵀ, [16 v][16 tokens], 4 k-steps, two accumulator sets
+        float Z[2][2][4] = {};
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
+            const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
+            u32 w0, w1, w2, w3;
+            ldsm_x4(ks + l.lo_row + s * 32, w0, w1, w2, w3);
+            mma(Z[s & 1][0], a0, a1, a2, a3, w0, w2);
+            mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
+            sh[32 * s] = make_uint4(a0, a1, a2, a3);
+        }
+        scale_state<8>(S, e.egc);
+        // ---- swap partials with the other half (double-buffered by chunk parity: the partner read the buffer of
+        // chunk c − 2 before arriving at chunk c − 1's barrier, which this warp has passed)
+        float Zs[2][4];
+        {
+            const int par = (c & 1) * 64;  // float4 index offset of this parity's [half][lane][2] block
+            float4 m0, m1;
+            m0 = make_float4(Z[0][0][0] + Z[1][0][0], Z[0][0][1] + Z[1][0][1], Z[0][0][2] + Z[1][0][2], Z[0][0][3] + Z[1][0][3]);
+            m1 = make_float4(Z[0][1][0] + Z[1][1][0], Z[0][1][1] + Z[1][1][1], Z[0][1][2] + Z[1][1][2], Z[0][1][3] + Z[1][1][3]);
+            zmine[par] = m0;
+            zmine[par + 1] = m1;
+            GDN_CLK(b0);
+            GDN_ACC(acc_z, w0);  // FULL wait start .. Z partial stored (the stores consume the Z chain)
+            asm volatile("bar.sync %0, 64;" ::"r"(1 + wv) : "memory");
+            GDN_ACC(acc_bar, b0);
+            const float4 o0 = zother[par], o1 = zother[par + 1];
+            Zs[0][0] = m0.x + o0.x; Zs[0][1] = m0.y + o0.y; Zs[0][2] = m0.z + o0.z; Zs[0][3] = m0.w + o0.w;
+            Zs[1][0] = m1.x + o1.x; Zs[1][1] = m1.y + o1.y; Zs[1][2] = m1.z + o1.z; Zs[1][3] = m1.w + o1.w;
+        }
+        GDN_CLK(x0);
+        float Vn[2][4];
+        vn_finish(vo, Zs, Vn);
+        u32 u[4], ul[4];
+        update_operand(e, Vn, u, ul);
+        GDN_TR2(warp == 0 && (c < 2 || c == 5), 8 + 2 * (c < 2 ? c : 2));
+        state_update<8>(S, kf, u, ul);
+        {  // n-tile kh of Vn (exact f32) to the output walker, then release the hand-off (S fragments and Vn)
+            float4* vnx = reinterpret_cast<float4*>(hand) + 2 * lane;
+            vnx[kh] = kh ? make_float4(Vn[1][0], Vn[1][1], Vn[1][2], Vn[1][3])
+                         : make_float4(Vn[0][0], Vn[0][1], Vn[0][2], Vn[0][3]);
+            GDN_ACC(acc_x, x0);  // exchange done .. Vn stored (X chain, update issued)
+            GDN_CLK(u0);
+            mbar_arrive(vn0 + 8 * (c % R));  // release: the stores above happen-before the output walker's reads
+            GDN_ACC(acc_u, u0);
+        }
+        mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
+    }
+    GDN_TR(warp == 0, 12, clock64());
+    GDN_TR3(warp == 0, 0, acc_full);
+    GDN_TR3(warp == 0, 1, acc_bar);
+    GDN_TR3(warp == 0, 2, clock64() - loop0);
+    GDN_TR3(warp == 0, 9, (long long)nch);
+    GDN_TR3(warp == 1, 10, acc_bar);
+    GDN_TR3(warp == 0, 11, acc_z);
+    GDN_TR3(warp == 0, 12, acc_x);
+    GDN_TR3(warp == 0, 13, acc_u);
+    store_state<8, BF16STATE>(p, S, sbase, 64 * kh, lane);  // (zeros for an empty sequence)
+    GDN_TR(warp == 0, 13, clock64());
+#ifdef GDN_TRACE
+    GDN_TR(warp == 0, 14, clock64());
+    GDN_TR(warp == 0, 15, gtimer());
+#endif
+}
+
+// ---- v9 KSPLIT output walker: warp 2NW + wv forms the outputs of rows [vw, vw + 16): Y = Sᵀ Qᵀ from the state
+// walkers' bf16 S fragments (the very operands of their Z) and O = e^γ ⊙ Y + Vn Pᵀ (22 mma); it holds no state.
+template <int NW, int NP>
+__device__ __forceinline__ void ksplit_output_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
+                                              unsigned char* wstage, u32 full0, u32 empty0, u32 vn0, int h, int v0,
+                                              int lane, int warp, i64 bos, i64 eos, int nch) {
+    constexpr int BV = 16 * NW;
+    constexpr int R = ring_depth<NP>();
+    using SL = Slot<BV>;
+    const int t = lane & 3;
+    const int wv = warp - 2 * NW;
+    const int vw = v0 + 16 * wv;
+    const WalkerLanes l = walker_lanes<BV>(lane, wv);
+    long long acc_wait = 0;
+    (void)acc_wait;
+    GDN_CLK(loop0);
+    for (int c = 0; c < nch; ++c) {
+        unsigned char* slot = smem + (c % R) * SL::BYTES;
+        const unsigned char* hand = hring + ((c % R) * NW + wv) * handoff_bytes<BV>();
+        GDN_CLK(w0);
+        mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
+        mbar_wait(vn0 + 8 * (c % R), (u32)(c / R) & 1u);
+        GDN_ACC(acc_wait, w0);
+#ifdef GDN_ABLATE_WALK
+        mbar_arrive(empty0 + 8 * (c % R));
+        continue;
+#endif
+        const u32 qs = smem_addr(slot + SL::Q_OFF);
+        const uint4* sh = reinterpret_cast<const uint4*>(hand + VN_BYTES) + lane;
+        float Y[2][2][4] = {};
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const uint4 a = sh[32 * s];
+            u32 q0, q1, q2, q3;
+            ldsm_x4(qs + l.lo_row + s * 32, q0, q1, q2, q3);
+            mma(Y[s & 1][0], a.x, a.y, a.z, a.w, q0, q2);
+            mma(Y[s & 1][1], a.x, a.y, a.z, a.w, q1, q3);
+        }
+        float Vn[2][4], O[2][4];
+        {
+            const float4 x0 = reinterpret_cast<const float4*>(hand)[2 * lane];
+            const float4 x1 = reinterpret_cast<const float4*>(hand)[2 * lane + 1];
+            Vn[0][0] = x0.x; Vn[0][1] = x0.y; Vn[0][2] = x0.z; Vn[0][3] = x0.w;
+            Vn[1][0] = x1.x; Vn[1][1] = x1.y; Vn[1][2] = x1.z; Vn[1][3] = x1.w;
+        }
+        form_output<BV>(slot, l, t, Y, Vn, O);
+        mbar_arrive(empty0 + 8 * (c % R));  // done with the slot and the hand-off
+        store_output(p, wstage + wv * WS_BYTES, O, bos + (i64)c * C, eos, h, vw, lane);
+        GDN_TR2(warp == 2 * NW && (c < 2 || c == 5), 9 + 2 * (c < 2 ? c : 2));
+        GDN_TR(warp == 2 * NW && c < 2, 9 + 2 * c, clock64());
+    }
+    GDN_TR(warp == 2 * NW, 12, clock64());
+    GDN_TR3(warp == 2 * NW, 3, acc_wait);
+    GDN_TR3(warp == 2 * NW, 4, clock64() - loop0);
 }
 
 // ------------------------------------------------------------------ the kernel body
@@ -652,15 +1013,20 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     constexpr int R = ring_depth<NP>();  // 2·NP + 1 slots: NP being computed, NP loading ahead, one of slack
     static_assert(NP >= 1 && NP <= 6, "1..6 producer warps");
     using SL = Slot<BV>;
-    constexpr bool OW = output_walkers<BV>();
-    constexpr int NWK = walker_warps<BV>();  // state walkers 0..NW-1, (OW) output walkers NW..2NW-1, then producers
+    constexpr int SCHEME = walk_scheme<BV>();
+    constexpr bool OW = SCHEME != WALK_SINGLE;
+    // walkers: KSPLIT state walkers 0..2NW-1, output walkers 2NW..3NW-1; MIRROR state walkers 0..NW-1, output walkers
+    // NW..2NW-1; SINGLE walkers 0..NW-1; then the producers
+    constexpr int NWK = walker_warps<BV>();
     extern __shared__ __align__(128) unsigned char smem[];
-    // Layout: R slots | (OW) R·NW Vn hand-offs | NP producer scratch | NW output stagings | mbarriers: FULL[s] (count
-    // 32: the producer warp's lanes), EMPTY[s] (count 32·NWK: every walker lane), (OW) VN[s] (count 32·NW).
-    unsigned char* const vnring = smem + R * SL::BYTES;
-    unsigned char* const pscr = vnring + (OW ? R * NW * VN_BYTES : 0);
+    // Layout: R slots | R·NW hand-offs | NP producer scratch | NW output stagings | NW Z exchanges | mbarriers: FULL[s]
+    // (count 32: the producer warp's lanes), EMPTY[s] (count 32·NWK: every walker lane), (OW) VN[s] (count: every
+    // state walker lane).
+    unsigned char* const hring = smem + R * SL::BYTES;
+    unsigned char* const pscr = hring + R * NW * handoff_bytes<BV>();
     unsigned char* const wstage = pscr + NP * PS_BYTES;
-    const u32 bars = smem_addr(wstage + NW * WS_BYTES);
+    unsigned char* const zx = wstage + NW * WS_BYTES;
+    const u32 bars = smem_addr(zx + NW * zx_bytes<BV>());
     const u32 full0 = bars, empty0 = bars + 8 * R, vn0 = bars + 16 * R;
     const int HV = p.num_v_heads;
     const int tile = blockIdx.x;
@@ -685,7 +1051,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         for (int s = 0; s < R; ++s) {
             mbar_init(full0 + 8 * s, 32);
             mbar_init(empty0 + 8 * s, 32 * NWK);
-            if (OW) mbar_init(vn0 + 8 * s, 32 * NW);
+            if (OW) mbar_init(vn0 + 8 * s, 32 * NW * (SCHEME == WALK_KSPLIT ? 2 : 1));
         }
     }
     __syncthreads();
@@ -695,7 +1061,6 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
     const i64 len = eos > bos ? eos - bos : 0;
     const int nch = (int)((len + C - 1) / C);
-    const int g = lane >> 2, t = lane & 3;
 
     if (warp >= NWK) {
         // =============================== producer
@@ -714,18 +1079,25 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         if (pw < nch && !spec_ok) load_chunk<BV>(p, smem + (pw % R) * SL::BYTES, bos + (i64)pw * C, eos, hq, h, v0, lane);
         GDN_TR(pw == 0, 3, clock64());
         cp_async_commit();
+        long long acc_empty = 0, acc_land = 0, acc_math = 0;
+        (void)acc_empty; (void)acc_land; (void)acc_math;
+        GDN_CLK(loop0);
         for (int j = pw; j < nch; j += NP) {
             // Start the loads of this producer's next chunk jn = j + NP before computing chunk j, so that they
             // overlap a whole computation. Its slot held chunk jn − R = j − NP − 1: wait until the walkers
             // released it (phase (jn / R) − 1 of EMPTY[jn % R]).
             const int jn = j + NP;
             if (jn < nch) {
+                GDN_CLK(e0);
                 if (jn >= R) mbar_wait(empty0 + 8 * (jn % R), (u32)((jn / R) - 1) & 1u);
+                GDN_ACC(acc_empty, e0);
                 load_chunk<BV>(p, smem + (jn % R) * SL::BYTES, bos + (i64)jn * C, eos, hq, h, v0, lane);
             }
             cp_async_commit();
+            GDN_CLK(l0);
             cp_async_wait<1>();  // chunk j has landed (this lane's copies); chunk jn may still be in flight
             __syncwarp();
+            GDN_ACC(acc_land, l0);
             GDN_TR(pw == 0 && j < 2 * NP, 4 + 2 * (j / NP), clock64());
             const i64 rem = len - (i64)j * C;
             if (spec_ok && j == 0 && rem < C) {  // the speculative rows [len, 16) are not sequence 0's: zero them
@@ -734,24 +1106,36 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             }
 #ifndef GDN_ABLATE_PREP  // timing ablation (harness only; results wrong): the walkers get uncomputed slots
             GDN_TR2(pw == 0 && j < 2 * NP, 4 * (j / NP));
+            GDN_CLK(m0);
             compute_chunk<BV>(p, smem + (j % R) * SL::BYTES, scr, h, rem < C ? (int)rem : C, dtb, nea, lane,
                               pw == 0 && j < 2 * NP ? 4 * (j / NP) : -1);
+            GDN_ACC(acc_math, m0);
 #endif
             mbar_arrive(full0 + 8 * (j % R));  // every lane: its copies and stores happen-before the walkers' reads
             GDN_TR(pw == 0 && j < 2 * NP, 5 + 2 * (j / NP), clock64());
         }
+        GDN_TR3(pw == 0, 5, acc_empty);
+        GDN_TR3(pw == 0, 6, acc_land);
+        GDN_TR3(pw == 0, 7, clock64() - loop0);
+        GDN_TR3(pw == 0, 8, acc_math);
         cp_async_wait<0>();
         return;
     }
 
-    // =============================== walkers: value rows [vw, vw + 16). A state walker (warp < NW) carries S through
-    // the chunks and writes the final state; (OW) its output walker (warp NW + wv) mirrors S and writes the outputs.
-    if constexpr (!OW)
-        walker<0, NW, NP, BF16STATE>(p, smem, vnring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos, len, nch);
-    else if (warp >= NW)
-        walker<2, NW, NP, BF16STATE>(p, smem, vnring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos, len, nch);
+    // =============================== walkers: value rows [vw, vw + 16) per 16-row group (see the walker functions)
+    if constexpr (SCHEME == WALK_SINGLE)
+        single_walker<NW, NP, BF16STATE>(p, smem, wstage, full0, empty0, seq, h, v0, lane, warp, bos, eos, len, nch);
+    else if constexpr (SCHEME == WALK_MIRROR) {
+        if (warp >= NW)
+            mirror_walker<2, NW, NP, BF16STATE>(p, smem, hring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos,
+                                                len, nch);
+        else
+            mirror_walker<1, NW, NP, BF16STATE>(p, smem, hring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos,
+                                                len, nch);
+    } else if (warp >= 2 * NW)
+        ksplit_output_walker<NW, NP>(p, smem, hring, wstage, full0, empty0, vn0, h, v0, lane, warp, bos, eos, nch);
     else
-        walker<1, NW, NP, BF16STATE>(p, smem, vnring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos, len, nch);
+        ksplit_state_walker<NW, NP, BF16STATE>(p, smem, hring, zx, full0, empty0, vn0, seq, h, v0, lane, warp, len, nch);
 }
 
 }  // namespace gdn_prefill

@@ -347,11 +347,14 @@ def mix_fused_row(mods, name, lens):
 
 def mix_modules():
     """The production fused module, then one per MIX_BUILDS item: 'NP[+DEFINE...]' (e.g. MIX_BUILDS=1+GDN_MINB=4,2):
-    -DGDN_NP=NP plus the defines — occupancy experiments (fewer producers, smaller ring, more CTAs per SM)."""
+    -DGDN_NP=NP plus the defines — occupancy experiments (fewer producers, smaller ring, more CTAs per SM) — and one
+    per ALT_SRC file (another version of prefill.cu, see prefill_harness.py)."""
     mods = [ph.Module(None)]
     for item in (x for x in os.environ.get("MIX_BUILDS", "").split(",") if x):
         np_, *defs = item.split("+")
         mods.append(ph.Module(int(np_), defines=tuple(defs)))
+    for path in (x for x in os.environ.get("ALT_SRC", "").split(",") if x):  # other prefill.cu versions (A/B)
+        mods.append(ph.Module(None, src_path=path))
     return mods
 
 

@@ -6,12 +6,17 @@ Run on the GPU machine from the repository root:
   DEFS_SWEEP also compile one module per comma-separated item, each a '+'-joined list of defines (e.g.
              DEFS_SWEEP=GDN_WGMMA=0,GDN_WGMMA=0+GDN_UPD_HILO=1; not GDN_NP: use NP_SWEEP), and check/time them
              beside the production build.
+  ALT_SRC    also compile each comma-separated file as prefill.cu (e.g. the previous version, `git show
+             HEAD~1:crates/gdn-cuda/kernels/prefill.cu > /tmp/prev.cu`; it must sit beside nothing else: the include
+             path is this folder) and check/time it beside the production build.
   SAVE_CUBIN=1 writes each module's CUBIN to $OUT (prefill<tag>.cubin) for cuobjdump -sass.
   SHORT=1    `time` also runs short single chains and a small batch (1x16, 1x64, 1x259, 1x589, 8x128).
   repro      raw-q/k [3,1,2] investigation: 50 bitwise runs per case/BV interleaved with unrelated launches, error vs
              the fp64 reference and vs an fp64 emulation of the kernel's bf16 rounding points, v5 vs GDN_UPD_HILO=1
              (also timed at 1x128 / 1x1024). `dump` (REPRO_TAG=name, REPRO_HILO=1): one launch saved for a
              compute-sanitizer vs plain bitwise comparison.
+  stalls     steady-state accounting from a -DGDN_TRACE build (gdn_trace3): per chunk, what the state walker,
+             output walker and producer 0 wait on and how long their loops take (STALL_DEFS=A+B adds defines).
   trace      timelines from a -DGDN_TRACE build (clock64 at fixed points of walker 0 and producer 0, phases inside a
              chunk; prefill.cu explains the events): cold / code-warm / warm runs of 1x16 .. n19_t277; prints them
              and writes $OUT/prefill_trace.json.
@@ -74,7 +79,7 @@ def _ok(r, what):
     return r[1] if len(r) == 2 else r[1:]
 
 
-NP_DEFAULT = {16: 5, 32: 4, 64: 5, 128: 4}  # prefill.cu producers<BV>() without -DGDN_NP (v8; labels only: the
+NP_DEFAULT = {16: 5, 32: 4, 64: 5, 128: 4}  # prefill.cu producers<BV>() without -DGDN_NP (v9; labels only: the
 # launch itself reads threads and shared memory from the module's gdn_prefill_launch table)
 
 
@@ -102,15 +107,19 @@ def include_dirs():
 
 
 class Module:
-    def __init__(self, np_, defines=()):
+    def __init__(self, np_, defines=(), src_path=None):
         self.np = np_  # None: the per-variant defaults (production); n: -DGDN_NP=n for every variant
         self.tag = (f"NP{np_}f" if np_ else "") + "".join(f"[{d}]" for d in defines)  # label in logs and JSON
+        src = SRC
+        if src_path:  # another version of prefill.cu (ALT_SRC), e.g. the previous commit's, for an A/B in one process
+            src = open(src_path).read()
+            self.tag += f"[alt:{os.path.basename(src_path)}]"
         opts = [b"-arch=sm_90a", b"-std=c++17"] + ([f"-DGDN_NP={np_}".encode()] if np_ else []) + \
             [f"-D{d}".encode() for d in defines] + [f"-I{d}".encode() for d in include_dirs()]
         if "prof" in ARGS:
             opts.append(b"-lineinfo")
         t = time.time()
-        prog = _ok(nvrtc.nvrtcCreateProgram(SRC.encode(), b"prefill.cu", 0, [], []), "nvrtcCreateProgram")
+        prog = _ok(nvrtc.nvrtcCreateProgram(src.encode(), b"prefill.cu", 0, [], []), "nvrtcCreateProgram")
         rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
         n = _ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
         buf = b" " * n
@@ -586,6 +595,44 @@ def trace(mods):
         json.dump({"device": RES["device"], "traces": RES["traces"]}, f, indent=1)
 
 
+STALLS = ["state FULL wait", "state Z-exchange wait", "state loop", "output FULL+VN wait", "output loop",
+          "producer EMPTY wait", "producer landed wait", "producer loop", "producer chunk math", "chunks",
+          "state1 Z-exchange wait", "state wait+Z", "state X..Vn", "state VN arrive"]
+
+
+def stalls(mods):
+    """Steady-state accounting from a -DGDN_TRACE build (gdn_trace3, see prefill.cu): per config and tile, CTA 0's
+    (and the median CTA's) cycles spent waiting and working, summed over its chunks, printed in ns per chunk."""
+    defs = tuple(d for d in os.environ.get("STALL_DEFS", "").split("+") if d)
+    m = Module(None, defines=("GDN_TRACE",) + defs)
+    dptr, size = _ok(cu.cuModuleGetGlobal(m.module, b"gdn_trace3"), "gdn_trace3")
+    cfgs = [("1x128", [128], (16, 32)), ("1x1024", [1024], (16, 32, 64)), ("1x8192", [8192], (16,))]
+    for cname, lens, bvs in cfgs:
+        inp = bench_inputs(lens)
+        T, N = sum(lens), len(lens)
+        out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
+        ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+        for bv in bvs:
+            if ("f32", bv) not in m.fns:
+                continue
+            m.launch("f32", bv, *inp, out, ns)  # warm-up
+            _ok((cu.cuMemsetD8(dptr, 0, size)[0], None), "memset3")
+            m.launch("f32", bv, *inp, out, ns)
+            torch.cuda.synchronize()
+            buf = torch.empty(size // 8, dtype=torch.int64)
+            _ok((cu.cuMemcpyDtoH(buf.data_ptr(), dptr, size)[0], None), "dtoh3")
+            tr = buf.view(256, 16)[: min(256, N * 8 * (128 // bv))].double()
+            nch = max(1.0, float(tr[0, 9]))
+            ghz = 1.8  # SM clock measured by `trace` (~1.80 GHz on the H200)
+            cta0 = {STALLS[e]: float(tr[0, e]) / ghz / nch for e in range(14) if e != 9}
+            med = {STALLS[e]: float(tr[:, e].median()) / ghz / nch for e in range(14) if e != 9}
+            RES.setdefault("stalls", []).append({"config": cname, "bv": bv, "defs": list(defs), "chunks": nch,
+                                                 "cta0_ns_per_chunk": cta0, "median_ns_per_chunk": med})
+            log(f"stalls {cname:<7} bv{bv:<3} {''.join(defs)} chunks {nch:.0f} ns/chunk (cta0): " +
+                ", ".join(f"{k} {v:.0f}" for k, v in cta0.items()))
+    save()
+
+
 def bench_inputs(lens, seed=0):  # identical to shared/peers/bench_peers.py prefill_inputs
     gen = torch.Generator(device=dev).manual_seed(seed)
     r = lambda *s: torch.randn(*s, device=dev, generator=gen)
@@ -660,9 +707,10 @@ def main():
     mods = []
     nps = [None] + [int(x) for x in os.environ.get("NP_SWEEP", "").split(",") if x]
     builds = [(n, ()) for n in nps] + [(None, tuple(d.split("+"))) for d in os.environ.get("DEFS_SWEEP", "").split(",") if d]
-    for np_, defs in builds:
+    builds += [(None, (), path) for path in os.environ.get("ALT_SRC", "").split(",") if path]
+    for np_, defs, *alt in builds:
         try:
-            mods.append(Module(np_, defines=defs))
+            mods.append(Module(np_, defines=defs, src_path=alt[0] if alt else None))
         except Exception as e:
             RES["errors"].append(f"compile NP{np_}: " + repr(e)[-4000:])
             log("COMPILE ERROR", repr(e)[-4000:])
@@ -683,6 +731,12 @@ def main():
             log("prof launches done")
         except Exception:
             RES["errors"].append("prof: " + traceback.format_exc()[-1500:])
+            log("ERROR", RES["errors"][-1])
+    if "stalls" in ARGS:
+        try:
+            stalls(mods)
+        except Exception:
+            RES["errors"].append("stalls: " + traceback.format_exc()[-1500:])
             log("ERROR", RES["errors"][-1])
     if "trace" in ARGS:
         try:
