@@ -25,6 +25,9 @@
 //     v8 (bv16, bv32): warps NW..2NW-1 are "output walkers": the walker w keeps only Z, U, X, Vn and the update
 //                     (the state chain) and hands Vn (f32) to output walker NW + w through shared memory (VN[s]
 //                     mbarriers); that one mirrors S with the same update and forms Sᵀ·Qᵀ, Vn·Pᵀ and the outputs.
+//     v9 (bv16): two k-split state walkers per 16 rows (each half of Sᵀ's k columns; Z partials swapped through
+//                     shared memory) hand Vn and bf16 Sᵀ to one output walker that holds no state (walk_scheme below;
+//                     bv32 keeps v8's mirror, bv64/bv128 one walker per 16 rows).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
