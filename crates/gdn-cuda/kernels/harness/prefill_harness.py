@@ -732,39 +732,26 @@ def main():
         except Exception:
             RES["errors"].append("prof: " + traceback.format_exc()[-1500:])
             log("ERROR", RES["errors"][-1])
+    def stage(name, fn):  # one failing stage does not lose the others
+        try:
+            fn()
+        except Exception:
+            RES["errors"].append(f"{name}: " + traceback.format_exc()[-1500:])
+            log("ERROR", RES["errors"][-1])
+
     if "stalls" in ARGS:
-        try:
-            stalls(mods)
-        except Exception:
-            RES["errors"].append("stalls: " + traceback.format_exc()[-1500:])
-            log("ERROR", RES["errors"][-1])
+        stage("stalls", lambda: stalls(mods))
     if "trace" in ARGS:
-        try:
-            trace(mods)
-        except Exception:
-            RES["errors"].append("trace: " + traceback.format_exc()[-1500:])
-            log("ERROR", RES["errors"][-1])
+        stage("trace", lambda: trace(mods))
     if "dump" in ARGS:
         dump(mods)
         return
     if "repro" in ARGS:
-        try:
-            repro(mods)
-        except Exception:
-            RES["errors"].append("repro: " + traceback.format_exc()[-1500:])
-            log("ERROR", RES["errors"][-1])
+        stage("repro", lambda: repro(mods))
     if "check" in ARGS:
-        try:
-            check(mods[:1] if "small" in ARGS else mods)
-        except Exception:
-            RES["errors"].append("check: " + traceback.format_exc()[-1500:])
-            log("ERROR", RES["errors"][-1])
+        stage("check", lambda: check(mods[:1] if "small" in ARGS else mods))
     if "time" in ARGS or "sweep" in ARGS:
-        try:
-            timing(mods, sweep="sweep" in ARGS)
-        except Exception:
-            RES["errors"].append("timing: " + traceback.format_exc()[-1500:])
-            log("ERROR", RES["errors"][-1])
+        stage("timing", lambda: timing(mods, sweep="sweep" in ARGS))
     save()
     # check summary last
     fails = [c for c in RES["checks"] if "out" in c and (c["out"]["n_fail_tol"] or c["state"]["n_fail_tol"])]
