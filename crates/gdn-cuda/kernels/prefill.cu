@@ -276,21 +276,14 @@ extern "C" __device__ long long gdn_trace3[256][16];
         if ((cond) && lane == 0 && blockIdx.x < 256) gdn_trace2[blockIdx.x][ev] = clock64();               \
     } while (0)
 #else
-#define GDN_CLK(v) \
-    do {           \
+#define GDN_NOTRACE \
+    do {            \
     } while (0)
-#define GDN_ACC(acc, v) \
-    do {                \
-    } while (0)
-#define GDN_TR3(cond, ev, val) \
-    do {                       \
-    } while (0)
-#define GDN_TR2(cond, ev) \
-    do {                  \
-    } while (0)
-#define GDN_TR(cond, ev, val) \
-    do {                      \
-    } while (0)
+#define GDN_CLK(v) GDN_NOTRACE
+#define GDN_ACC(acc, v) GDN_NOTRACE
+#define GDN_TR3(cond, ev, val) GDN_NOTRACE
+#define GDN_TR2(cond, ev) GDN_NOTRACE
+#define GDN_TR(cond, ev, val) GDN_NOTRACE
 #endif
 
 // ------------------------------------------------------------------ producer: one chunk's loads

@@ -546,10 +546,8 @@ def trace(mods):
     dout = torch.empty(16, 8, 128, dtype=torch.bfloat16, device=dev)
     dns = torch.empty(1, 8, 128, 128, dtype=torch.float32, device=dev)
     for cname, lens, bvs in cfgs:
-        inp = bench_inputs(lens)
-        T, N = sum(lens), len(lens)
-        out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
-        ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+        inp, out, ns = bench_case(lens)
+        N = len(lens)
         for bv in bvs:
             for mode in ("cold", "code-warm", "warm"):
                 rows = []
@@ -608,10 +606,8 @@ def stalls(mods):
     dptr, size = _ok(cu.cuModuleGetGlobal(m.module, b"gdn_trace3"), "gdn_trace3")
     cfgs = [("1x128", [128], (16, 32)), ("1x1024", [1024], (16, 32, 64)), ("1x8192", [8192], (16,))]
     for cname, lens, bvs in cfgs:
-        inp = bench_inputs(lens)
-        T, N = sum(lens), len(lens)
-        out = torch.empty(T, 8, 128, dtype=torch.bfloat16, device=dev)
-        ns = torch.empty(N, 8, 128, 128, dtype=torch.float32, device=dev)
+        inp, out, ns = bench_case(lens)
+        N = len(lens)
         for bv in bvs:
             if ("f32", bv) not in m.fns:
                 continue
@@ -622,7 +618,10 @@ def stalls(mods):
             buf = torch.empty(size // 8, dtype=torch.int64)
             _ok((cu.cuMemcpyDtoH(buf.data_ptr(), dptr, size)[0], None), "dtoh3")
             tr = buf.view(256, 16)[: min(256, N * 8 * (128 // bv))].double()
-            nch = max(1.0, float(tr[0, 9]))
+            if not tr[0, 9]:  # only KSPLIT walkers are instrumented (bv16; bv32 with STALL_DEFS=GDN_SCHEME32=2)
+                log(f"stalls {cname:<7} bv{bv:<3} not instrumented (walk scheme without gdn_trace3 points)")
+                continue
+            nch = float(tr[0, 9])
             ghz = 1.8  # SM clock measured by `trace` (~1.80 GHz on the H200)
             cta0 = {STALLS[e]: float(tr[0, e]) / ghz / nch for e in range(14) if e != 9}
             med = {STALLS[e]: float(tr[:, e].median()) / ghz / nch for e in range(14) if e != 9}
@@ -631,6 +630,13 @@ def stalls(mods):
             log(f"stalls {cname:<7} bv{bv:<3} {''.join(defs)} chunks {nch:.0f} ns/chunk (cta0): " +
                 ", ".join(f"{k} {v:.0f}" for k, v in cta0.items()))
     save()
+
+
+def bench_case(lens):
+    """bench_inputs(lens) plus an output and an fp32 new-state buffer of the right shapes (qk4_v8)."""
+    out = torch.empty(sum(lens), 8, 128, dtype=torch.bfloat16, device=dev)
+    ns = torch.empty(len(lens), 8, 128, 128, dtype=torch.float32, device=dev)
+    return bench_inputs(lens), out, ns
 
 
 def bench_inputs(lens, seed=0):  # identical to shared/peers/bench_peers.py prefill_inputs
