@@ -28,6 +28,9 @@
 //     v9 (bv16): two k-split state walkers per 16 rows (each half of Sᵀ's k columns; Z partials swapped through
 //                     shared memory) hand Vn and bf16 Sᵀ to one output walker that holds no state (walk_scheme below;
 //                     bv32 keeps v8's mirror, bv64/bv128 one walker per 16 rows).
+//     v10 (bv16): the bf16 Sᵀ hand-off is announced on its own (SREADY[s], right after the state walkers' Z loop), so
+//                     the output walker forms Y = Sᵀ Qᵀ while they finish X, Vn and the update, and only O waits for
+//                     Vn (H200, same process as v9: 1x8192 270.6 -> 263.6 us, 1x1024 37.4 -> 36.6, 1x259 13.2 -> 12.7).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -119,10 +122,11 @@ constexpr int PS_BYTES = PS_BETA_OFF + 64;                   // 1152 B
 constexpr int WS_BYTES = TILE16;                             // per-walker output staging bf16 [16][24]
 
 // Dynamic shared memory of gdn_prefill_*_bv<BV> with NP producers and R = 2·NP + 1 ring slots (smem_bytes below):
-//   R·(13632 + 32·(BV+8) + (BV/16)·H) + NP·1152 + (BV/16)·(768 + X) + (16 + 8·OW)·R   (bytes; the opt-in limit on
-//   sm_90 is 232448; the last bytes are the FULL/EMPTY(/VN) mbarriers), H the hand-off (KSPLIT 5120, MIRROR 1024),
-//   X the Z exchange (KSPLIT 4096), OW = 1 with output walkers (see walk_scheme below).
-// Defaults (v9): BV=16 (KSPLIT, NP 5) 225608, BV=32 (MIRROR, NP 4) 159000, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+//   R·(13632 + 32·(BV+8) + (BV/16)·H) + NP·1152 + (BV/16)·(768 + X) + 8·B·R   (bytes; the opt-in limit on sm_90 is
+//   232448; the last bytes are the mbarriers, B arrays of R: ring_barriers below), H the hand-off (KSPLIT 5120,
+//   MIRROR 1024), X the Z exchange (KSPLIT 4096).
+// Defaults (v10): BV=16 (KSPLIT, NP 5) 225696, BV=32 (MIRROR, NP 4) 159000, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+// (v9: BV=16 225608, without SREADY.)
 // (v8: BV=16 (MIRROR, NP 5) 176456.)
 // (v5.1-v7: BV=16 (NP 6) 195088, BV=32 (NP 5) 171504.)
 // (v4: R·(16448 + 32·(BV+8)) + NP·2688 + (BV/16)·768 + 16·R = 203760 / 210160 / 222960 / 204240.)
@@ -214,18 +218,22 @@ template <int BV> __host__ __device__ constexpr int handoff_bytes() {
 // so one named barrier per chunk suffices).
 constexpr int ZX_BYTES = 2 * 2 * 32 * 32;  // 4096 per row group
 template <int BV> __host__ __device__ constexpr int zx_bytes() { return walk_scheme<BV>() == WALK_KSPLIT ? ZX_BYTES : 0; }
+// mbarrier arrays of R after the Z exchanges: FULL, EMPTY, (output walkers) VN, (KSPLIT, v10) SREADY.
+template <int BV> __host__ __device__ constexpr int ring_barriers() {
+    return walk_scheme<BV>() == WALK_KSPLIT ? 4 : output_walkers<BV>() ? 3 : 2;
+}
 // Dynamic shared memory: R slots, R·(BV/16) hand-offs, NP producer scratch, BV/16 output stagings, BV/16 Z exchanges,
-// then the mbarriers FULL[R], EMPTY[R] and (output walkers) VN[R].
+// then the mbarrier arrays.
 template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
     return ring_depth<NP>() * (Slot<BV>::BYTES + (BV / 16) * handoff_bytes<BV>()) + NP * PS_BYTES + (BV / 16) * WS_BYTES +
-           (BV / 16) * zx_bytes<BV>() + (output_walkers<BV>() ? 24 : 16) * ring_depth<NP>();
+           (BV / 16) * zx_bytes<BV>() + 8 * ring_barriers<BV>() * ring_depth<NP>();
 }
 #if GDN_OW && GDN_SCHEME16 == 2 && GDN_SCHEME32 == 1 && !defined(GDN_NP)
-static_assert(smem_bytes<16, producers<16>()>() == 225608 && smem_bytes<32, producers<32>()>() == 159000 &&
+static_assert(smem_bytes<16, producers<16>()>() == 225696 && smem_bytes<32, producers<32>()>() == 159000 &&
                   smem_bytes<64, producers<64>()>() == 184304 && smem_bytes<128, producers<128>()>() == 172752 &&
                   block_threads<16>() == 256 && block_threads<32>() == 256 && block_threads<64>() == 288 &&
                   block_threads<128>() == 384,
-              "v9 launch table (mirrored by the Rust runtime, src/registry.rs)");
+              "v10 launch table (mirrored by the Rust runtime, src/registry.rs)");
 #endif
 // The launch table as data, for the device harness (cuModuleGetGlobal): {BV, threads, dynamic smem} per variant.
 extern "C" __device__ const int gdn_prefill_launch[4][3] = {
@@ -840,8 +848,8 @@ __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned c
 // halves issue on different sub-partitions. Vn goes to the output walker with the S fragments (n-tile kh from half kh).
 template <int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
-                                             unsigned char* zx, u32 full0, u32 empty0, u32 vn0, i64 seq, int h,
-                                             int v0, int lane, int warp, i64 len, int nch) {
+                                             unsigned char* zx, u32 full0, u32 empty0, u32 vn0, u32 sready0, i64 seq,
+                                             int h, int v0, int lane, int warp, i64 len, int nch) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
     using SL = Slot<BV>;
@@ -866,6 +874,7 @@ __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsi
         GDN_ACC(acc_full, w0);
         GDN_TR(warp == 0 && c < 2, 8 + 2 * c, clock64());
 #ifdef GDN_ABLATE_WALK  // timing ablation (harness only; results wrong): no chunk math, only the hand-offs
+        mbar_arrive(sready0 + 8 * (c % R));
         mbar_arrive(vn0 + 8 * (c % R));
         mbar_arrive(empty0 + 8 * (c % R));
         continue;
@@ -891,6 +900,9 @@ __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsi
             mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
             sh[32 * s] = make_uint4(a0, a1, a2, a3);
         }
+        // v10: the bf16 Sᵀ fragments are out: the output walker's Y = Sᵀ Qᵀ need not wait for Vn (release: the stores
+        // above happen-before its reads)
+        mbar_arrive(sready0 + 8 * (c % R));
         scale_state<8>(S, e.egc);
         // ---- swap partials with the other half (double-buffered by chunk parity: the partner read the buffer of
         // chunk c − 2 before arriving at chunk c − 1's barrier, which this warp has passed)
@@ -949,8 +961,8 @@ __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsi
 // walkers' bf16 S fragments (the very operands of their Z) and O = e^γ ⊙ Y + Vn Pᵀ (22 mma); it holds no state.
 template <int NW, int NP>
 __device__ __forceinline__ void ksplit_output_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
-                                              unsigned char* wstage, u32 full0, u32 empty0, u32 vn0, int h, int v0,
-                                              int lane, int warp, i64 bos, i64 eos, int nch) {
+                                              unsigned char* wstage, u32 full0, u32 empty0, u32 vn0, u32 sready0, int h,
+                                              int v0, int lane, int warp, i64 bos, i64 eos, int nch) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
     using SL = Slot<BV>;
@@ -966,9 +978,10 @@ __device__ __forceinline__ void ksplit_output_walker(const PrefillParams& p, uns
         const unsigned char* hand = hring + ((c % R) * NW + wv) * handoff_bytes<BV>();
         GDN_CLK(w0);
         mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
-        mbar_wait(vn0 + 8 * (c % R), (u32)(c / R) & 1u);
+        mbar_wait(sready0 + 8 * (c % R), (u32)(c / R) & 1u);  // v10: bf16 Sᵀ (Vn is waited for after Y)
         GDN_ACC(acc_wait, w0);
 #ifdef GDN_ABLATE_WALK
+        mbar_wait(vn0 + 8 * (c % R), (u32)(c / R) & 1u);
         mbar_arrive(empty0 + 8 * (c % R));
         continue;
 #endif
@@ -984,6 +997,9 @@ __device__ __forceinline__ void ksplit_output_walker(const PrefillParams& p, uns
             mma(Y[s & 1][1], a.x, a.y, a.z, a.w, q1, q3);
         }
         float Vn[2][4], O[2][4];
+        GDN_CLK(w1);
+        mbar_wait(vn0 + 8 * (c % R), (u32)(c / R) & 1u);
+        GDN_ACC(acc_wait, w1);
         {
             const float4 x0 = reinterpret_cast<const float4*>(hand)[2 * lane];
             const float4 x1 = reinterpret_cast<const float4*>(hand)[2 * lane + 1];
@@ -1017,13 +1033,13 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     extern __shared__ __align__(128) unsigned char smem[];
     // Layout: R slots | R·NW hand-offs | NP producer scratch | NW output stagings | NW Z exchanges | mbarriers: FULL[s]
     // (count 32: the producer warp's lanes), EMPTY[s] (count 32·NWK: every walker lane), (OW) VN[s] (count: every
-    // state walker lane).
+    // state walker lane), (KSPLIT) SREADY[s] (count: every state walker lane).
     unsigned char* const hring = smem + R * SL::BYTES;
     unsigned char* const pscr = hring + R * NW * handoff_bytes<BV>();
     unsigned char* const wstage = pscr + NP * PS_BYTES;
     unsigned char* const zx = wstage + NW * WS_BYTES;
     const u32 bars = smem_addr(zx + NW * zx_bytes<BV>());
-    const u32 full0 = bars, empty0 = bars + 8 * R, vn0 = bars + 16 * R;
+    const u32 full0 = bars, empty0 = bars + 8 * R, vn0 = bars + 16 * R, sready0 = bars + 24 * R;
     const int HV = p.num_v_heads;
     const int tile = blockIdx.x;
     const int vg = tile % NVG;
@@ -1048,6 +1064,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             mbar_init(full0 + 8 * s, 32);
             mbar_init(empty0 + 8 * s, 32 * NWK);
             if (OW) mbar_init(vn0 + 8 * s, 32 * NW * (SCHEME == WALK_KSPLIT ? 2 : 1));
+            if (SCHEME == WALK_KSPLIT) mbar_init(sready0 + 8 * s, 32 * NW * 2);
         }
     }
     __syncthreads();
@@ -1129,9 +1146,9 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             mirror_walker<1, NW, NP, BF16STATE>(p, smem, hring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos,
                                                 len, nch);
     } else if (warp >= 2 * NW)
-        ksplit_output_walker<NW, NP>(p, smem, hring, wstage, full0, empty0, vn0, h, v0, lane, warp, bos, eos, nch);
+        ksplit_output_walker<NW, NP>(p, smem, hring, wstage, full0, empty0, vn0, sready0, h, v0, lane, warp, bos, eos, nch);
     else
-        ksplit_state_walker<NW, NP, BF16STATE>(p, smem, hring, zx, full0, empty0, vn0, seq, h, v0, lane, warp, len, nch);
+        ksplit_state_walker<NW, NP, BF16STATE>(p, smem, hring, zx, full0, empty0, vn0, sready0, seq, h, v0, lane, warp, len, nch);
 }
 
 }  // namespace gdn_prefill
@@ -1139,9 +1156,9 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // ---------------------------------------------------------------------------------------------------------
 // Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA.
 //   grid  = (N · HV · (128 / BV), 1, 1)
-//   block = block_threads<BV>() (v8): bv16 256 (state + output walker, 5 producers, 1 idle warp), bv32 256 (2 + 2
+//   block = block_threads<BV>(): bv16 256 (v9: 2 k-split state walkers, 1 output walker, 5 producers), bv32 256 (2 + 2
 //           walkers, 4 producers), bv64 288 (4 walkers, 5 producers), bv128 384 (8 walkers, 4 producers)
-//   dynamic shared memory = smem_bytes<BV, producers<BV>()>(): bv16 176456, bv32 159000, bv64 184304, bv128 172752
+//   dynamic shared memory = smem_bytes<BV, producers<BV>()>(): bv16 225696, bv32 159000, bv64 184304, bv128 172752
 //           (all > 48 KB: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES must be raised). Both are also in the
 //           module as data (gdn_prefill_launch) and in the Rust registry, checked against these constexprs.
 // ---------------------------------------------------------------------------------------------------------

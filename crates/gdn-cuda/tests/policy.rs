@@ -733,7 +733,7 @@ fn chunk64_needs_its_shared_memory() {
         })
     ));
     // the automatic rule would run this shape context parallel (walk-sized kernels too): it falls back to
-    // the fused plan, whose bv16 kernel (225608 bytes) does not fit either — the rejection names it
+    // the fused plan, whose bv16 kernel (225696 bytes) does not fit either — the rejection names it
     assert_eq!(plan(&long).kind(), PlanKind::ContextParallel);
     assert!(matches!(
         choose_prefill(&long, &small, None),
