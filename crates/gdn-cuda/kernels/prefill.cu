@@ -929,7 +929,7 @@ __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsi
         update_operand(e, Vn, u, ul);
         GDN_TR2(warp == 0 && (c < 2 || c == 5), 8 + 2 * (c < 2 ? c : 2));
         state_update<8>(S, kf, u, ul);
-        {  // n-tile kh of Vn (exact f32) to the output walker, then release the hand-off (S fragments and Vn)
+        {  // n-tile kh of Vn (exact f32) to the output walker, then release it (the S fragments went out with SREADY)
             float4* vnx = reinterpret_cast<float4*>(hand) + 2 * lane;
             vnx[kh] = kh ? make_float4(Vn[1][0], Vn[1][1], Vn[1][2], Vn[1][3])
                          : make_float4(Vn[0][0], Vn[0][1], Vn[0][2], Vn[0][3]);
