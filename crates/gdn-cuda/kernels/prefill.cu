@@ -3,7 +3,8 @@
 // Compiled at run time by NVRTC (options: -arch=sm_90a -std=c++17 -I<cuda include> -I<this folder>);
 // no system headers. Optional defines, experiments only (the production build passes none): GDN_NP (forces the
 // producer warps per CTA of every variant; 1..6), GDN_UPD_HILO (below), and the timing ablations GDN_ABLATE_PREP
-// (producers skip the chunk math) / GDN_ABLATE_WALK (walkers skip it) whose results are wrong by design.
+// (producers skip the chunk math) / GDN_ABLATE_WALK (walkers skip it) whose results are wrong by design; v11's
+// GDN_EARLY_SEQ=0 and (sm90.cuh) GDN_SPLIT_PTX=0 restore v10's behaviour for A/B runs.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 16 tokens, S in [K, V] orientation:
@@ -31,6 +32,12 @@
 //     v10 (bv16): the bf16 Sᵀ hand-off is announced on its own (SREADY[s], right after the state walkers' Z loop), so
 //                     the output walker forms Y = Sᵀ Qᵀ while they finish X, Vn and the update, and only O waits for
 //                     Vn (H200, same process as v9: 1x8192 270.6 -> 263.6 us, 1x1024 37.4 -> 36.6, 1x259 13.2 -> 12.7).
+//     v11 (every tile): cu_seqlens and the gate parameters are requested before the mbarrier set-up and read through
+//                     the barrier's return value (GDN_EARLY_SEQ), and hi/lo bf16 splits take one cvt per pair
+//                     (sm90.cuh, bitwise the same values). H200, same process as v10: contest-like mix (best tile per
+//                     workload) 5.74 -> 6.00x FlashInfer, 1x128 8.2 -> 7.9 us, 1x8192 bv16 264.4 -> 258.7, 4x2048 bv32
+//                     82.4 -> 80.7. (Measured and dropped: the first chunk prepared by two producer warps, and a
+//                     producer order with Q Kᵀ after A — results/prefill_s10.md.)
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -379,32 +386,37 @@ __device__ __forceinline__ float rcp_ftz(float x) {
 }
 __device__ __forceinline__ float exp_ftz(float x) { return ex2_ftz(x * 1.4426950408889634f); }
 
+// GDN_EARLY_SEQ (default 1; v11): cu_seqlens and the gate parameters are loaded before the mbarrier set-up.
+#ifndef GDN_EARLY_SEQ
+#define GDN_EARLY_SEQ 1
+#endif
+
+// K Kᵀ and Q Kᵀ (16 x 16, k-dim 128) on tensor cores; [k-step parity][n-tile]: dependent chains of 4, not 8.
 template <int BV>
-__device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned char* slot, unsigned char* scr,
-                                              int h, int nvalid, float dtb, float nea, int lane, int tr = -1) {
-    const int g = lane >> 2, t = lane & 3;
+__device__ __forceinline__ void prep_products(const unsigned char* slot, int lane, float (&kk)[2][2][4], float (&qk)[2][2][4]) {
+    const u32 ks = smem_addr(slot + Slot<BV>::K_OFF), qs = smem_addr(slot + Slot<BV>::Q_OFF);
+    const u32 lo = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+        u32 k0, k1, k2, k3, q0, q1, q2, q3;
+        ldsm_x4(ks + lo + s * 32, k0, k1, k2, k3);
+        ldsm_x4(qs + lo + s * 32, q0, q1, q2, q3);
+        mma(kk[s & 1][0], k0, k1, k2, k3, k0, k2);
+        mma(kk[s & 1][1], k0, k1, k2, k3, k1, k3);
+        mma(qk[s & 1][0], q0, q1, q2, q3, k0, k2);
+        mma(qk[s & 1][1], q0, q1, q2, q3, k1, k3);
+    }
+}
+
+// The gates: lane l < 16 holds a[token l], lane l >= 16 holds b[token l-16]; every lane evaluates both formulas on its
+// value and keeps the one it owns. log g = −e^{A_log}·softplus(a + dt_bias) (nea = −e^{A_log}), softplus(x) =
+// max(x, 0) + ln(1 + e^{−|x|}); β = 1 / (1 + e^{−b}). γ (the inclusive prefix of the log-decays) and β go to the
+// warp's scratch, the walkers' decay scalars to the slot.
+template <int BV>
+__device__ __forceinline__ void prep_gates(const PrefillParams& p, unsigned char* slot, unsigned char* scr, int h,
+                                           int nvalid, float dtb, float nea, int lane) {
     float* gam_s = reinterpret_cast<float*>(scr + PS_GAM_OFF);
     float* beta_s = reinterpret_cast<float*>(scr + PS_BETA_OFF);
-    float* Af = reinterpret_cast<float*>(scr + PS_A_OFF);
-    // ---- K Kᵀ and Q Kᵀ (16 x 16, k-dim 128) on tensor cores, issued first (they need only the landed tiles)
-    float kk[2][2][4] = {}, qk[2][2][4] = {};  // [k-step parity][n-tile]: dependent chains of 4, not 8
-    {
-        const u32 ks = smem_addr(slot + Slot<BV>::K_OFF), qs = smem_addr(slot + Slot<BV>::Q_OFF);
-        const u32 lo = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            u32 k0, k1, k2, k3, q0, q1, q2, q3;
-            ldsm_x4(ks + lo + s * 32, k0, k1, k2, k3);
-            ldsm_x4(qs + lo + s * 32, q0, q1, q2, q3);
-            mma(kk[s & 1][0], k0, k1, k2, k3, k0, k2);
-            mma(kk[s & 1][1], k0, k1, k2, k3, k1, k3);
-            mma(qk[s & 1][0], q0, q1, q2, q3, k0, k2);
-            mma(qk[s & 1][1], q0, q1, q2, q3, k1, k3);
-        }
-    }
-    // ---- gates (while the mma run): lane l < 16 holds a[token l], lane l >= 16 holds b[token l-16]; every lane
-    // evaluates both formulas on its value and keeps the one it owns. log g = −e^{A_log}·softplus(a + dt_bias)
-    // (nea = −e^{A_log}), softplus(x) = max(x, 0) + ln(1 + e^{−|x|}); β = 1 / (1 + e^{−b}).
     const bool valid = (lane & 15) < nvalid;
     const u32 gpair = reinterpret_cast<const u32*>(slot + Slot<BV>::GATE_OFF)[lane];
     const float graw = __uint_as_float((h & 1) ? (gpair & 0xffff0000u) : (gpair << 16));  // bf16 -> f32
@@ -413,7 +425,7 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
     const float sg = rcp_ftz(1.f + ex2_ftz(-1.4426950408889634f * graw));
     float lg = (lane < 16 && valid) ? nea * sp : 0.f;
     float be = (lane >= 16 && valid) ? sg : 0.f;
-    float gam = lg;  // inclusive prefix sum of the log-decays over the 16 tokens
+    float gam = lg;
 #pragma unroll
     for (int off = 1; off < 16; off <<= 1) {
         float y = __shfl_up_sync(0xffffffffu, gam, off, 16);
@@ -428,72 +440,98 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
         reinterpret_cast<float*>(slot + Slot<BV>::EC_OFF)[lane] = exp_ftz(gC - gam);
         if (lane == 0) reinterpret_cast<float*>(slot + Slot<BV>::EGC_OFF)[0] = exp_ftz(gC);
     }
+}
+
+// Aᵀ (f32, to scratch, column-major: At[j][i] = A_ij) and P = scale·QKᵀ ⊙ decay ⊙ [i>=j] (hi/lo bf16, to the slot);
+// one exponential per element serves both.
+template <int BV>
+__device__ __forceinline__ void prep_ap(const PrefillParams& p, unsigned char* slot, unsigned char* scr, int lane,
+                                        const float (&kk)[2][2][4], const float (&qk)[2][2][4]) {
+    const int g = lane >> 2, t = lane & 3;
+    const float* gam_s = reinterpret_cast<const float*>(scr + PS_GAM_OFF);
+    const float* beta_s = reinterpret_cast<const float*>(scr + PS_BETA_OFF);
+    float* Af = reinterpret_cast<float*>(scr + PS_A_OFF);
+    __nv_bfloat16* ph = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::PH_OFF);
+    __nv_bfloat16* pl = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::PL_OFF);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int i = g + 8 * hr;
+            const float gi = gam_s[i];
+            float av[2], pv[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = 8 * nt + 2 * t + e;
+                const float dec = exp_ftz(fminf(gi - gam_s[j], 0.f));
+                const int r = 2 * hr + e;
+                av[e] = i > j ? beta_s[i] * (kk[0][nt][r] + kk[1][nt][r]) * dec : 0.f;
+                pv[e] = i >= j ? p.scale * (qk[0][nt][r] + qk[1][nt][r]) * dec : 0.f;
+            }
+            const int j0 = 8 * nt + 2 * t;
+            Af[j0 * 16 + i] = av[0];
+            Af[(j0 + 1) * 16 + i] = av[1];
+            u32 hi, lo;
+            split_bf16(pv[0], pv[1], hi, lo);
+            *reinterpret_cast<u32*>(ph + i * LDS16 + j0) = hi;
+            *reinterpret_cast<u32*>(pl + i * LDS16 + j0) = lo;
+        }
+}
+
+// T = (I + A)⁻¹ by forward substitution in f32: lane owns column c = lane & 15 and solves (I + A) x = e_c.
+// Right-looking: r starts as e_c; once x_j = r_j is final it is folded into every later row at once
+// (r_i −= A_ij x_j), so the dependent chain is one FMA per row. Rows above c stay exactly 0 (0 − A·0).
+// Then Tb = T diag(β) (for U, lanes 0..15) and Tg = T diag(β e^γ) (for X = Sᵀ Kᵀ Tgᵀ, lanes 16..31), hi/lo bf16,
+// column c stored as row c of the transposed tile: two 16-byte stores per array and lane.
+template <int BV>
+__device__ __forceinline__ void prep_t(unsigned char* slot, const unsigned char* scr, int lane) {
+    const float* gam_s = reinterpret_cast<const float*>(scr + PS_GAM_OFF);
+    const float* beta_s = reinterpret_cast<const float*>(scr + PS_BETA_OFF);
+    const float* Af = reinterpret_cast<const float*>(scr + PS_A_OFF);
+    const int c = lane & 15;
+    float col[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) col[i] = i == c ? 1.f : 0.f;
+#pragma unroll
+    for (int j = 0; j < 15; ++j) {
+        const float4* arow = reinterpret_cast<const float4*>(Af + j * 16);  // A_ij, i = 0..15 (0 for i <= j)
+#pragma unroll
+        for (int i4 = ((j + 1) / 4) * 4; i4 < 16; i4 += 4) {
+            const float4 a4 = arow[i4 >> 2];
+            if (i4 + 0 > j) col[i4 + 0] = fmaf(-a4.x, col[j], col[i4 + 0]);
+            if (i4 + 1 > j) col[i4 + 1] = fmaf(-a4.y, col[j], col[i4 + 1]);
+            if (i4 + 2 > j) col[i4 + 2] = fmaf(-a4.z, col[j], col[i4 + 2]);
+            if (i4 + 3 > j) col[i4 + 3] = fmaf(-a4.w, col[j], col[i4 + 3]);
+        }
+    }
+    const float bc = beta_s[c];
+    const float sc = lane < 16 ? bc : bc * exp_ftz(gam_s[c]);
+    u32 hi[8], lo[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) split_bf16(col[2 * m] * sc, col[2 * m + 1] * sc, hi[m], lo[m]);
+    unsigned char* th = slot + (lane < 16 ? Slot<BV>::TBH_OFF : Slot<BV>::TGH_OFF) + c * (LDS16 * 2);
+    unsigned char* tl = slot + (lane < 16 ? Slot<BV>::TBL_OFF : Slot<BV>::TGL_OFF) + c * (LDS16 * 2);
+    reinterpret_cast<uint4*>(th)[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    reinterpret_cast<uint4*>(th)[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+    reinterpret_cast<uint4*>(tl)[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    reinterpret_cast<uint4*>(tl)[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+}
+
+// One chunk's preparation (v7 "prep diet": the first chunk's is on the critical path of every short call). The
+// tensor-core products are issued first and the gate math sits after them in the same basic block, so ptxas
+// interleaves the two.
+template <int BV>
+__device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned char* slot, unsigned char* scr,
+                                              int h, int nvalid, float dtb, float nea, int lane, int tr = -1) {
+    float kk[2][2][4] = {}, qk[2][2][4] = {};
+    prep_products<BV>(slot, lane, kk, qk);
+    prep_gates<BV>(p, slot, scr, h, nvalid, dtb, nea, lane);
     GDN_TR2(tr >= 0, tr + 1);
     __syncwarp();
-    // ---- Aᵀ (f32, to scratch, column-major: At[j][i] = A_ij) and P = scale·QKᵀ ⊙ decay ⊙ [i>=j] (hi/lo bf16, to the slot)
-    {
-        __nv_bfloat16* ph = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::PH_OFF);
-        __nv_bfloat16* pl = reinterpret_cast<__nv_bfloat16*>(slot + Slot<BV>::PL_OFF);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                const int i = g + 8 * hr;
-                const float gi = gam_s[i], bi = beta_s[i];
-                float av[2], pv[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int j = 8 * nt + 2 * t + e;
-                    const float dec = exp_ftz(fminf(gi - gam_s[j], 0.f));
-                    const int r = 2 * hr + e;
-                    av[e] = i > j ? bi * (kk[0][nt][r] + kk[1][nt][r]) * dec : 0.f;
-                    pv[e] = i >= j ? p.scale * (qk[0][nt][r] + qk[1][nt][r]) * dec : 0.f;
-                }
-                const int j0 = 8 * nt + 2 * t;
-                Af[j0 * 16 + i] = av[0];
-                Af[(j0 + 1) * 16 + i] = av[1];
-                u32 hi, lo;
-                split_bf16(pv[0], pv[1], hi, lo);
-                *reinterpret_cast<u32*>(ph + i * LDS16 + j0) = hi;
-                *reinterpret_cast<u32*>(pl + i * LDS16 + j0) = lo;
-            }
-    }
+    prep_ap<BV>(p, slot, scr, lane, kk, qk);
     GDN_TR2(tr >= 0, tr + 2);
     __syncwarp();
-    // ---- T = (I + A)⁻¹ by forward substitution in f32: lane owns column c = lane & 15 and solves (I + A) x = e_c.
-    // Right-looking: r starts as e_c; once x_j = r_j is final it is folded into every later row at once
-    // (r_i −= A_ij x_j), so the dependent chain is one FMA per row. Rows above c stay exactly 0 (0 − A·0).
-    {
-        const int c = lane & 15;
-        float col[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) col[i] = i == c ? 1.f : 0.f;
-#pragma unroll
-        for (int j = 0; j < 15; ++j) {
-            const float4* arow = reinterpret_cast<const float4*>(Af + j * 16);  // A_ij, i = 0..15 (0 for i <= j)
-#pragma unroll
-            for (int i4 = ((j + 1) / 4) * 4; i4 < 16; i4 += 4) {
-                const float4 a4 = arow[i4 >> 2];
-                if (i4 + 0 > j) col[i4 + 0] = fmaf(-a4.x, col[j], col[i4 + 0]);
-                if (i4 + 1 > j) col[i4 + 1] = fmaf(-a4.y, col[j], col[i4 + 1]);
-                if (i4 + 2 > j) col[i4 + 2] = fmaf(-a4.z, col[j], col[i4 + 2]);
-                if (i4 + 3 > j) col[i4 + 3] = fmaf(-a4.w, col[j], col[i4 + 3]);
-            }
-        }
-        // Tb = T diag(β) (for U, lanes 0..15) and Tg = T diag(β e^γ) (for X = Sᵀ Kᵀ Tgᵀ, lanes 16..31), hi/lo
-        // bf16, column c stored as row c of the transposed tile: two 16-byte stores per array and lane.
-        const float bc = beta_s[c];
-        const float sc = lane < 16 ? bc : bc * exp_ftz(gam_s[c]);
-        u32 hi[8], lo[8];
-#pragma unroll
-        for (int m = 0; m < 8; ++m) split_bf16(col[2 * m] * sc, col[2 * m + 1] * sc, hi[m], lo[m]);
-        unsigned char* th = slot + (lane < 16 ? Slot<BV>::TBH_OFF : Slot<BV>::TGH_OFF) + c * (LDS16 * 2);
-        unsigned char* tl = slot + (lane < 16 ? Slot<BV>::TBL_OFF : Slot<BV>::TGL_OFF) + c * (LDS16 * 2);
-        reinterpret_cast<uint4*>(th)[0] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        reinterpret_cast<uint4*>(th)[1] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
-        reinterpret_cast<uint4*>(tl)[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        reinterpret_cast<uint4*>(tl)[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
-    }
+    prep_t<BV>(slot, scr, lane);
     GDN_TR2(tr >= 0, tr + 3);
     __syncwarp();
 }
@@ -1059,6 +1097,12 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     GDN_TR(warp == 0, 1, clock64());
 #endif
     if (spec) load_chunk<BV>(p, smem, 0, p.lead_rows, hq, h, v0, lane);  // slot 0, not committed yet
+#if GDN_EARLY_SEQ
+    // v11: cu_seqlens and the head's gate parameters are requested before the barrier set-up below (cold DRAM round
+    // trips: every CTA of a sequence > 0 waits for its offsets before it can load anything).
+    i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
+    float dtb = p.dt_bias[h], alog = p.A_log[h];
+#endif
     if (threadIdx.x == 0) {
         for (int s = 0; s < R; ++s) {
             mbar_init(full0 + 8 * s, 32);
@@ -1067,11 +1111,25 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             if (SCHEME == WALK_KSPLIT) mbar_init(sready0 + 8 * s, 32 * NW * 2);
         }
     }
+#if GDN_EARLY_SEQ
+    // The offsets are used only through a value the barrier returns (the thread count, so + 0): otherwise ptxas computes
+    // the sequence length before the barrier and every warp waits there for the DRAM round trip (a plain bar.sync
+    // with the loads' values moved through one asm did not stop it).
+    {
+        const i64 zero = (i64)__syncthreads_count(1) - (i64)blockDim.x;
+        bos += zero;
+        eos += zero;
+    }
+#else
     __syncthreads();
+#endif
     GDN_TR(warp == 0, 2, clock64());
     if (idle_warps<BV>() > 0 && threadIdx.x >> 5 == 4) return;
 
+#if !GDN_EARLY_SEQ
     const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
+    const float dtb = p.dt_bias[h], alog = p.A_log[h];
+#endif
     const i64 len = eos > bos ? eos - bos : 0;
     const int nch = (int)((len + C - 1) / C);
 
@@ -1079,7 +1137,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         // =============================== producer
         const int pw = warp - NWK;
         unsigned char* scr = pscr + pw * PS_BYTES;
-        const float dtb = p.dt_bias[h], nea = -__expf(p.A_log[h]);  // −e^{A_log}: the log-decay's factor
+        const float nea = -__expf(alog);  // −e^{A_log}: the log-decay's factor
         // Prologue: this producer's first chunk pw (< R: its slot is free) starts loading; one group per chunk.
         // spec: chunk 0 is in flight already (spec_ok), unless sequence 0 does not start at token 0: then those
         // copies are drained and the chunk loads as usual.
@@ -1117,13 +1175,14 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
                 zero_rows<BV>(smem, (int)rem, lane);
                 __syncwarp();
             }
-#ifndef GDN_ABLATE_PREP  // timing ablation (harness only; results wrong): the walkers get uncomputed slots
-            GDN_TR2(pw == 0 && j < 2 * NP, 4 * (j / NP));
+            const int nvalid = rem < C ? (int)rem : C;
+            const int tr = pw == 0 && j < 2 * NP ? 4 * (j / NP) : -1;
+            GDN_TR2(tr >= 0, tr);
             GDN_CLK(m0);
-            compute_chunk<BV>(p, smem + (j % R) * SL::BYTES, scr, h, rem < C ? (int)rem : C, dtb, nea, lane,
-                              pw == 0 && j < 2 * NP ? 4 * (j / NP) : -1);
-            GDN_ACC(acc_math, m0);
+#ifndef GDN_ABLATE_PREP  // timing ablation (harness only; results wrong): the walkers get uncomputed slots
+            compute_chunk<BV>(p, smem + (j % R) * SL::BYTES, scr, h, nvalid, dtb, nea, lane, tr);
 #endif
+            GDN_ACC(acc_math, m0);
             mbar_arrive(full0 + 8 * (j % R));  // every lane: its copies and stores happen-before the walkers' reads
             GDN_TR(pw == 0 && j < 2 * NP, 5 + 2 * (j / NP), clock64());
         }

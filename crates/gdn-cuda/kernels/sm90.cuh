@@ -72,12 +72,27 @@ __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
     return *reinterpret_cast<u32*>(&h);
 }
-// hi = bf16(x), lo = bf16(x - hi), packed pairwise.
+// hi = bf16(x), lo = bf16(x - hi), packed pairwise; round to nearest even, bitwise as __floats2bfloat162_rn. v11: one
+// cvt per pair and the hi halves back to f32 by a shift and a mask (the bfloat162 -> float2 route compiled to two
+// PRMT more on every split, and the walkers split on their dependent chain). GDN_SPLIT_PTX=0: the intrinsics.
+#ifndef GDN_SPLIT_PTX
+#define GDN_SPLIT_PTX 1
+#endif
+__device__ __forceinline__ u32 cvt_bf16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  // hi to the upper 16 bits
+    return r;
+}
 __device__ __forceinline__ void split_bf16(float x0, float x1, u32& hi, u32& lo) {
+#if GDN_SPLIT_PTX
+    hi = cvt_bf16x2(x0, x1);
+    lo = cvt_bf16x2(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
+#else
     __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
     float2 hf = __bfloat1622float2(h);
     hi = *reinterpret_cast<u32*>(&h);
     lo = pack_bf16(x0 - hf.x, x1 - hf.y);
+#endif
 }
 
 // State storage: fp32, or bf16 with fp32 math. Two adjacent elements per call.
