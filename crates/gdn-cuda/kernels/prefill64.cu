@@ -23,7 +23,7 @@
 // partial chunk is padded with k = q = v = 0, β = 0, log g = 0 (exact: padded rows of Tb, Tg, P, Vn are 0).
 //
 // Two kernels, launched in this order on one stream (no host sync, nothing read on the host):
-// 1. gdn_prefill64_prep — grid (num_slots, HV), block 128. One CTA per (chunk, value head): everything that
+// 1. gdn_prefill64_prep — grid (num_slots·HV), block 128. One CTA per (chunk, value head): everything that
 //    does not depend on the state (gates, γ scan, K Kᵀ and Q Kᵀ on tensor cores, T by a blocked fp32 inverse:
 //    16x16 diagonal blocks by forward substitution, then block diagonals T_ij = −T_ii Σ_k A_ik T_kj), written to
 //    a workspace record. Fully parallel: uses the whole GPU however few the sequences are.
@@ -41,7 +41,7 @@
 // fp32 or bf16 by walk variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory. Value head h
 // reads q/k head h / (HV / H). All offsets are 64-bit. HV need not be even here.
 //
-// Numerics: as prefill.cu v5 — products with S use S rounded to bf16 (as FLA/FlashInfer); T (as Tb, Tg), P, Z
+// Numerics: as prefill.cu v5 — products with S use S rounded to bf16 (as FLA/FlashInfer); T (as Tb), P, Z e^γ
 // and Vn in the output product are hi+lo bf16 pairs; the update operand Vn e^{γC−γ} is one bf16; T is computed
 // in fp32.
 // ---------------------------------------------------------------------------------------------------------
@@ -77,16 +77,21 @@ constexpr int D = 128;             // head dim (K = V = 128)
 constexpr int LDK = D + 8;         // padded bf16 row stride of K / Q tiles (272 B): ldmatrix conflict-free
 constexpr int LDF = C + 4;         // padded f32 row stride of 64-column f32 tiles (272 B)
 
-// ---- workspace record per (chunk, value head), written by prep, read by walk: six bf16 tiles [64 rows t][64
-// columns t'] — Tb hi, Tb lo, Tg hi, Tg lo, P hi, P lo — each a [64][128 B] panel in the 128-byte-swizzled layout
-// wgmma reads (the 16-byte piece j of row r lives at piece j ^ (r & 7)), then the e-vectors. The walk moves the
-// record with one bulk copy into a 1024-byte-aligned slot, so the swizzle phase (address bits 7-9) matches the row.
+// ---- workspace record per (chunk, value head), written by prep, read by walk: four bf16 tiles [64 rows t][64
+// columns t'] — Tb hi, Tb lo, P hi, P lo — each a [64][128 B] panel in the 128-byte-swizzled layout wgmma reads
+// (the 16-byte piece j of row r lives at piece j ^ (r & 7)), then the e-vectors. The walk moves the record with one
+// bulk copy into a 1024-byte-aligned slot, so the swizzle phase (address bits 7-9) matches the row.
+// (v5: no Tg = T diag(β e^γ) tiles. The walk forms Z Tgᵀ as (Z diag(e^γ)) Tbᵀ — the same product, its column
+// scaling applied to Z in registers — so the record is 2/3 of its former 49,920 bytes: prep writes and both walk
+// passes read a third less. An fp64 emulation of both forms gives the same errors to 3 digits.)
 constexpr int WG_TILE = C * 128;                   // 8192
-constexpr int WG_E = 6 * WG_TILE;                  // scale·e^{γ_i} f32 [64], e^{γ_C − γ_i} f32 [64], e^{γ_C} f32 (256 B)
-constexpr int WS_CHUNK_BYTES = WG_E + 768;         // 49920
-static_assert(WS_CHUNK_BYTES == 49920 && WS_CHUNK_BYTES % 256 == 0, "workspace record (mirrored by the Rust runtime)");
+constexpr int WG_NTILE = 4;
+// e-vectors, f32 [64] each: scale·e^{γ_i} (EGQ), e^{γ_C − γ_i} (EC), e^{γ_C} (EGC, then 63 zeros), e^{γ_i} (EG)
+constexpr int WG_E = WG_NTILE * WG_TILE;
+constexpr int WS_CHUNK_BYTES = WG_E + 4 * 4 * C;   // 33792
+static_assert(WS_CHUNK_BYTES == 33792 && WS_CHUNK_BYTES % 256 == 0, "workspace record (mirrored by the Rust runtime)");
 
-// Byte offset of the bf16 pair (r, c..c+1) of record tile `tile` (0 Tb hi, 1 Tb lo, 2 Tg hi, 3 Tg lo, 4 P hi, 5 P lo).
+// Byte offset of the bf16 pair (r, c..c+1) of record tile `tile` (0 Tb hi, 1 Tb lo, 2 P hi, 3 P lo).
 __device__ __forceinline__ int rec_pair(int tile, int r, int c) {
     return tile * WG_TILE + r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + ((c & 7) << 1);
 }
@@ -111,8 +116,10 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     extern __shared__ __align__(128) unsigned char smem[];
     const i64 N = p.num_seqs;
     const int HV = p.num_v_heads, H = p.num_q_heads;
-    const int h = blockIdx.y;
-    const i64 slot = blockIdx.x;
+    // grid (slots·HV): the value heads of one chunk are launched together, so the ones sharing a q/k head read its
+    // K and Q from L2 (v5; H200: 1x65536 prep 284 -> 272 us against a (slots, HV) grid)
+    const int h = (int)(blockIdx.x % (unsigned)HV);
+    const i64 slot = blockIdx.x / (unsigned)HV;
     if (N <= 0) return;
     // Largest i with f(i) <= slot (f strictly increasing, f(0) = 0).
     i64 lo = 0, hi = N - 1;
@@ -224,8 +231,8 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
                 *reinterpret_cast<float2*>(Af + i * LDF + j0) = make_float2(av[0], av[1]);
                 u32 h2, l2;
                 split_bf16(pv[0], pv[1], h2, l2);
-                *reinterpret_cast<u32*>(rec + rec_pair(4, i, j0)) = h2;
-                *reinterpret_cast<u32*>(rec + rec_pair(5, i, j0)) = l2;
+                *reinterpret_cast<u32*>(rec + rec_pair(2, i, j0)) = h2;
+                *reinterpret_cast<u32*>(rec + rec_pair(3, i, j0)) = l2;
             }
     }
     __syncthreads();
@@ -285,28 +292,25 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
         }
         __syncthreads();
     }
-    // ---- Tb = T diag(β), Tg = T diag(β e^γ) as hi/lo bf16 (coalesced 4-byte stores), e-vectors
+    // ---- Tb = T diag(β) as hi/lo bf16 (coalesced 4-byte stores), e-vectors
     {
         const float gC = gam_s[C - 1];
 #pragma unroll 4
         for (int m = 0; m < (C * C / 2) / 128; ++m) {
             const int e = m * 128 + tid, r = e >> 5, c = 2 * (e & 31);
-            const float t0 = Tf[r * LDF + c], t1 = Tf[r * LDF + c + 1];
-            const float b0 = beta_s[c], b1 = beta_s[c + 1];
             u32 h2, l2;
-            split_bf16(t0 * b0, t1 * b1, h2, l2);
+            split_bf16(Tf[r * LDF + c] * beta_s[c], Tf[r * LDF + c + 1] * beta_s[c + 1], h2, l2);
             *reinterpret_cast<u32*>(rec + rec_pair(0, r, c)) = h2;
             *reinterpret_cast<u32*>(rec + rec_pair(1, r, c)) = l2;
-            split_bf16(t0 * b0 * __expf(gam_s[c]), t1 * b1 * __expf(gam_s[c + 1]), h2, l2);
-            *reinterpret_cast<u32*>(rec + rec_pair(2, r, c)) = h2;
-            *reinterpret_cast<u32*>(rec + rec_pair(3, r, c)) = l2;
         }
-        const int e0 = WG_E;
+        float* ev = reinterpret_cast<float*>(rec + WG_E);
         if (tid < C) {
-            reinterpret_cast<float*>(rec + e0)[tid] = p.scale * __expf(gam_s[tid]);
-            reinterpret_cast<float*>(rec + e0 + 4 * C)[tid] = __expf(gC - gam_s[tid]);
-        } else if (tid < C + 64) {
-            reinterpret_cast<float*>(rec + e0 + 8 * C)[tid - C] = tid == C ? __expf(gC) : 0.f;
+            const float eg = __expf(gam_s[tid]);
+            ev[tid] = p.scale * eg;
+            ev[C + tid] = __expf(gC - gam_s[tid]);
+            ev[3 * C + tid] = eg;
+        } else {
+            ev[2 * C + tid - C] = tid == C ? __expf(gC) : 0.f;
         }
     }
 }
@@ -318,7 +322,8 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
 // mma.sync C layout repeated), and runs each 64-token chunk as three batches of asynchronous wgmma:
 //   B1  [Z | Y] = Sᵀ [Kᵀ | Qᵀ]        8 x m64n128k16, A = bf16(Sᵀ) from registers, B = [K rows | Q rows] panels
 //       U = Vᵀ Tbᵀ (hi + lo)          8 x m64n64k16,  A = Vᵀ by ldmatrix.trans, B = Tb panels     (off the chain)
-//   B2  Vn = U − Z Tgᵀ                12 x m64n64k16, A = −Z as hi + lo from the B1 accumulator, B = Tg hi/lo
+//   B2  Vn = U − (Z diag(e^γ)) Tbᵀ    12 x m64n64k16, A = −Z e^γ as hi + lo from the B1 accumulator, B = Tb hi/lo
+//       (= U − Z Tgᵀ with Tg = Tb diag(e^γ): the record holds no Tg)
 //   B3  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K   4 x m64n128k16, B = the same K panels read MN-major (transposed),
 //       O = e^γ ⊙ Y + Vn Pᵀ           12 x m64n64k16, A = Vn hi + lo, B = P hi/lo (two commit groups)
 // i.e. 44 tensor-core instructions per chunk for 64 value rows (the mma.sync walker issued ~450 per warp for 16).
@@ -337,12 +342,12 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
 constexpr int W2_KQ = 0;                           // 2 panels x [128 rows][128 B]
 constexpr int W2_V = 2 * 128 * 128;                // [64 t][64 v] bf16, swizzled (32768)
 constexpr int W2_REC = W2_V + C * 128;             // record image (40960)
-constexpr int W2_SLOT = ((W2_REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 91136
+constexpr int W2_SLOT = ((W2_REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 74752
 constexpr int W2_LDO = 72;                         // output staging row stride (bf16)
 constexpr int W2_OS = 2 * W2_SLOT;                 // staging bf16 [64 t][72]
 constexpr int W2_BAR = W2_OS + C * W2_LDO * 2;     // two FULL mbarriers
-constexpr int WALK_SMEM = W2_BAR + 16 + 1024;   // + slack to align the base to 1024 B: 192528
-static_assert(WALK_SMEM == 192528, "wg walk smem (mirrored by the Rust runtime)");
+constexpr int WALK_SMEM = W2_BAR + 16 + 1024;   // + slack to align the base to 1024 B
+static_assert(WALK_SMEM == 159760, "wg walk smem (mirrored by the Rust runtime)");
 static_assert(W2_REC % 1024 == 0 && W2_SLOT % 1024 == 0, "swizzled panels need 1024-byte alignment");
 
 // wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading / stride byte offsets (>> 4).
@@ -559,6 +564,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         const float* egq = reinterpret_cast<const float*>(slot + W2_REC + WG_E);
         const float* ec = egq + C;
         const float egc = ec[C];
+        const float* eg = egq + 3 * C;
         // Descriptors of this slot's operands; every step below adds a constant (address >> 4) to the start field.
         const u64 dkq = wg_desc(kq, 16, 1024), drec = wg_desc(rs, 16, 1024), dupd = wg_desc(kq, WG_UPD_LBO, WG_UPD_SBO);
 
@@ -597,14 +603,22 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
 #pragma unroll
             for (int i = 0; i < 32; ++i) U[i] = 0.f;
         }
-        // ---- B2: Vn = U − Z Tgᵀ  (−Z as hi + lo, Tg hi + lo: three products)
+        // ---- B2: Vn = U − (Z diag(e^γ)) Tbᵀ  (−Z e^γ as hi + lo, Tb hi + lo: three products)
         u32 zh[4][4], zl[4][4];
 #pragma unroll
-        for (int s = 0; s < 4; ++s) acc_to_a_hilo(ZY, s, -1.f, zh[s], zl[s]);
+        for (int s = 0; s < 4; ++s) {  // k-step s: token columns 16s + 2t (+1) and 16s + 8 + 2t (+1)
+            const float2 e0 = *reinterpret_cast<const float2*>(eg + 16 * s + 2 * t);
+            const float2 e1 = *reinterpret_cast<const float2*>(eg + 16 * s + 8 + 2 * t);
+            const float* z = ZY + 8 * s;
+            split_bf16(-z[0] * e0.x, -z[1] * e0.y, zh[s][0], zl[s][0]);
+            split_bf16(-z[2] * e0.x, -z[3] * e0.y, zh[s][1], zl[s][1]);
+            split_bf16(-z[4] * e1.x, -z[5] * e1.y, zh[s][2], zl[s][2]);
+            split_bf16(-z[6] * e1.x, -z[7] * e1.y, zh[s][3], zl[s][3]);
+        }
         wg_fence();
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-            const u64 gh = drec + (u64)((2 * WG_TILE + 32 * s) >> 4), gl = drec + (u64)((3 * WG_TILE + 32 * s) >> 4);
+            const u64 gh = drec + (u64)((0 * WG_TILE + 32 * s) >> 4), gl = drec + (u64)((1 * WG_TILE + 32 * s) >> 4);
             wgmma_m64n64<0>(U, zh[s], gh, 1);
             wgmma_m64n64<0>(U, zl[s], gh, 1);
             wgmma_m64n64<0>(U, zh[s], gl, 1);
@@ -644,7 +658,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         if constexpr (!SUMMARY) {
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
-                const u64 ph = drec + (u64)((4 * WG_TILE + 32 * s) >> 4), pl = drec + (u64)((5 * WG_TILE + 32 * s) >> 4);
+                const u64 ph = drec + (u64)((2 * WG_TILE + 32 * s) >> 4), pl = drec + (u64)((3 * WG_TILE + 32 * s) >> 4);
                 wgmma_m64n64<0>(O, vnh[s], ph, 1);
                 wgmma_m64n64<0>(O, vnl[s], ph, 1);
                 wgmma_m64n64<0>(O, vnh[s], pl, 1);
@@ -717,8 +731,8 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 //           0 < s < nseg − 1: summary walks (no outputs): role 0 from zero with V → B[s]; role 1 from the identity
 //                             with V = 0 → M[s] (the rows of the identity walk as value rows, so M is a walk state)
 //           s = nseg − 1:     nothing (its end state is never needed)
-//   scan    gdn_prefill64_cp_scan     grid N·HV·8, block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
-//           (fp32, 16 value rows per CTA; M double-buffered in shared memory by cp.async, the next step's M
+//   scan    gdn_prefill64_cp_scan{,8} grid N·HV·8 (·16), block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
+//           (fp32, 16 (8) value rows per CTA; M double-buffered in shared memory by cp.async, the next step's M
 //           loading while this step computes)
 //   pass 3  gdn_prefill64_cp_pass3_*  grid (seg slots, HV, 2): segments s ≥ 1 walk for real from S[s] (outputs;
 //           the last one writes new_state)
@@ -727,7 +741,7 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 // chunk-slot map above: g(i+1) − g(i) ≥ floor(nch_i / L) + 1 ≥ nseg_i, and every slot is < (T/64 + N + 1)/L + N + 1.
 // Workspace after the chunk records: three f32 arrays [seg slots][HV][128 v][128 k] — S (segment start states), M,
 // B. Numerics: the summary walks round their states to bf16 in products exactly like the real walk; the scan is fp32.
-constexpr int SCAN_ROWS = 16;                                     // value rows per scan CTA
+constexpr int SCAN_ROWS = 16;                                     // value rows per scan CTA (at most)
 constexpr int SCAN_SMEM = (2 * D * D + SCAN_ROWS * D) * 4;        // 2 x M f32 [128][128] + rows f32 [16][128]
 static_assert(SCAN_SMEM == 139264, "cp scan smem (mirrored by the Rust runtime)");
 
@@ -821,26 +835,30 @@ __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
     walk_wg_body<BF16STATE, false>(p, j);
 }
 
-// One CTA per (sequence, value head, 16 value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1] rows.
-// Thread (column c = tid % 128, rows 8 (tid / 128) .. +8): per k it reads M[k][c] (a warp reads 128 contiguous
-// bytes) and X[rows][k] from a transposed copy Xᵀ[k][16] (two 16-byte broadcasts), 8 FMA. (A first mapping —
-// 8 columns x 1 row per thread — read M as 2-way bank-conflicted 16-byte loads, ~10 us per step.)
+// One CTA per (sequence, value head, ROWS value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1] rows. ROWS = 16
+// (grid N·HV·8) or 8 (grid N·HV·16: twice the SMs per step, for few chains — policy.rs picks by the wave count).
+// Thread (column c = tid % 128, rows RT (tid / 128) .. +RT, RT = ROWS / 2): per k it reads M[k][c] (a warp reads 128
+// contiguous bytes) and X[rows][k] from a transposed copy Xᵀ[k][ROWS] (16-byte broadcasts), RT FMA. (A first
+// mapping — 8 columns x 1 row per thread — read M as 2-way bank-conflicted 16-byte loads, ~10 us per step.)
 // M of step s sits in buffer s & 1; step s issues the copy of step s+1's M before waiting for its own, so each
-// step's 64 KB load overlaps the previous step's arithmetic.
+// step's 64 KB load overlaps the previous step's arithmetic; B of step s+1 is read into registers during step s
+// (v5: its global-load latency was exposed at the start of every step).
 __device__ __forceinline__ void cp_scan_stage(const Prefill64Params& p, float* buf, i64 slot, int h, int tid) {
     const float* M = cp_ws(p, 1, slot, h);
     const u32 base = smem_addr(buf);
 #pragma unroll 4
     for (int e = tid; e < D * D / 4; e += 256) cp_async16(base + 16u * e, M + 4 * e, true);
 }
+template <int ROWS>
 __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
+    constexpr int RT = ROWS / 2;  // rows per thread
     extern __shared__ __align__(16) unsigned char smem[];
     float* Mbuf = reinterpret_cast<float*>(smem);
-    float* XT = Mbuf + 2 * D * D;  // Xᵀ [128 k][16 rows]
+    float* XT = Mbuf + 2 * D * D;  // Xᵀ [128 k][ROWS]
     const int HV = p.num_v_heads, L = p.seg_chunks;
-    const int rb = blockIdx.x % (D / SCAN_ROWS);
-    const int h = (blockIdx.x / (D / SCAN_ROWS)) % HV;
-    const i64 seq = (i64)blockIdx.x / (D / SCAN_ROWS) / HV;
+    const int rb = blockIdx.x % (D / ROWS);
+    const int h = (blockIdx.x / (D / ROWS)) % HV;
+    const i64 seq = (i64)blockIdx.x / (D / ROWS) / HV;
     if (seq >= p.num_seqs || L <= 0) return;
     const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
     const i64 len = eos > bos ? eos - bos : 0;
@@ -848,44 +866,54 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     const int nseg = nch > L ? (nch + L - 1) / L : 1;
     if (nseg < 3) return;
     const i64 first = seg_first(p.cu_seqlens, seq, L);
-    const int tid = threadIdx.x, c = tid & (D - 1), r0 = 8 * (tid >> 7);
-    const i64 off0 = (i64)(SCAN_ROWS * rb + r0) * D + c;  // element (row r0, column c) of a [128][128] state
+    const int tid = threadIdx.x, c = tid & (D - 1), r0 = RT * (tid >> 7);
+    const i64 off0 = (i64)(ROWS * rb + r0) * D + c;  // element (row r0, column c) of a [128][128] state
     cp_scan_stage(p, Mbuf, first + 1, h, tid);  // M of step 2 → buffer 0
     cp_async_commit();
+    float bn[RT];  // B of the next step
     {
         const float* X0 = cp_ws(p, 0, first + 1, h);
-        float x[8];
+        const float* B0 = cp_ws(p, 2, first + 1, h);
+        float x[RT];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] = X0[off0 + (i64)i * D];
-        *reinterpret_cast<float4*>(XT + c * SCAN_ROWS + r0) = make_float4(x[0], x[1], x[2], x[3]);
-        *reinterpret_cast<float4*>(XT + c * SCAN_ROWS + r0 + 4) = make_float4(x[4], x[5], x[6], x[7]);
+        for (int i = 0; i < RT; ++i) x[i] = X0[off0 + (i64)i * D];
+#pragma unroll
+        for (int i = 0; i < RT; ++i) bn[i] = B0[off0 + (i64)i * D];
+#pragma unroll
+        for (int i = 0; i < RT; i += 4)
+            *reinterpret_cast<float4*>(XT + c * ROWS + r0 + i) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
     }
     for (int s = 2; s < nseg; ++s) {
         const float* Ms = Mbuf + (s & 1) * D * D;
         if (s + 1 < nseg) cp_scan_stage(p, Mbuf + ((s + 1) & 1) * D * D, first + s, h, tid);
         cp_async_commit();
-        const float* B = cp_ws(p, 2, first + s - 1, h);
-        float acc[8];
+        float acc[RT];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i] = B[off0 + (i64)i * D];
+        for (int i = 0; i < RT; ++i) acc[i] = bn[i];
+        if (s + 1 < nseg) {
+            const float* Bn = cp_ws(p, 2, first + s, h);
+#pragma unroll
+            for (int i = 0; i < RT; ++i) bn[i] = Bn[off0 + (i64)i * D];
+        }
         cp_async_wait<1>();  // this thread's copies of this step's M have landed (the next step's may be in flight)
         __syncthreads();     // ... everyone's; Xᵀ of the previous step written
 #pragma unroll 8
         for (int k = 0; k < D; ++k) {
             const float m = Ms[k * D + c];
-            const float4 x0 = *reinterpret_cast<const float4*>(XT + k * SCAN_ROWS + r0);
-            const float4 x1 = *reinterpret_cast<const float4*>(XT + k * SCAN_ROWS + r0 + 4);
-            acc[0] = fmaf(x0.x, m, acc[0]); acc[1] = fmaf(x0.y, m, acc[1]);
-            acc[2] = fmaf(x0.z, m, acc[2]); acc[3] = fmaf(x0.w, m, acc[3]);
-            acc[4] = fmaf(x1.x, m, acc[4]); acc[5] = fmaf(x1.y, m, acc[5]);
-            acc[6] = fmaf(x1.z, m, acc[6]); acc[7] = fmaf(x1.w, m, acc[7]);
+#pragma unroll
+            for (int i = 0; i < RT; i += 4) {
+                const float4 x = *reinterpret_cast<const float4*>(XT + k * ROWS + r0 + i);
+                acc[i] = fmaf(x.x, m, acc[i]); acc[i + 1] = fmaf(x.y, m, acc[i + 1]);
+                acc[i + 2] = fmaf(x.z, m, acc[i + 2]); acc[i + 3] = fmaf(x.w, m, acc[i + 3]);
+            }
         }
         __syncthreads();  // everyone is done reading Xᵀ and this M (its buffer is refilled two steps on)
         float* Xn = cp_ws(p, 0, first + s, h);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) Xn[off0 + (i64)i * D] = acc[i];
-        *reinterpret_cast<float4*>(XT + c * SCAN_ROWS + r0) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        *reinterpret_cast<float4*>(XT + c * SCAN_ROWS + r0 + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        for (int i = 0; i < RT; ++i) Xn[off0 + (i64)i * D] = acc[i];
+#pragma unroll
+        for (int i = 0; i < RT; i += 4)
+            *reinterpret_cast<float4*>(XT + c * ROWS + r0 + i) = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
     }
 }
 
@@ -932,14 +960,15 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 
 // ---------------------------------------------------------------------------------------------------------
 // Exported kernels (launch in this order on one stream):
-//   gdn_prefill64_prep        grid (T/64 + N + 1, HV, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (35328)
-//   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (192528)
+//   gdn_prefill64_prep        grid ((T/64 + N + 1)·HV, 1, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (35328)
+//   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (159760)
 //   gdn_prefill64_walk_bf16   same, bf16 state / new_state
-// workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (49920) bytes, 256-byte aligned.
+// workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (33792) bytes, 256-byte aligned.
 // Context-parallel plan (p.seg_chunks = L >= 1; seg slots G = (T/64 + N + 1)/L + N + 1), in this order:
-//   gdn_prefill64_prep                grid (T/64 + N + 1, HV, 1), block 128, smem PREP_SMEM
+//   gdn_prefill64_prep                grid ((T/64 + N + 1)·HV, 1, 1), block 128, smem PREP_SMEM
 //   gdn_prefill64_cp_pass1_{f32,bf16} grid (G, HV, 4), block 128, smem WALK_SMEM
-//   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (139264)
+//   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (139264); or
+//   gdn_prefill64_cp_scan8            grid (N·HV·16, 1, 1), block 256, smem SCAN_SMEM (8 value rows per CTA)
 //   gdn_prefill64_cp_pass3_{f32,bf16} grid (G, HV, 2), block 128, smem WALK_SMEM
 // workspace: the records above + 3 · G · HV · 65536 bytes.
 // Both smem sizes exceed 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
@@ -960,7 +989,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_bf16
     gdn_prefill64::cp_pass1<true>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(const Prefill64Params p) {
-    gdn_prefill64::cp_scan(p);
+    gdn_prefill64::cp_scan<16>(p);
+}
+extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan8(const Prefill64Params p) {
+    gdn_prefill64::cp_scan<8>(p);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_f32(const Prefill64Params p) {
     gdn_prefill64::cp_pass3<false>(p);

@@ -27,8 +27,8 @@
 //!     launches fit; otherwise the call is rejected as `OddValueHeads`).
 //!   - **cp** (context parallel, `prefill64.cu`): the chunk64 prep, then three launches that cut each
 //!     sequence into segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
-//!     transition and a zero-state summary of each middle segment; scan: the segments' start states; pass 3:
-//!     segments 1.. for real). Picked when its best estimate (`cost::best_cp`: G segments of the longest
+//!     transition and a zero-state summary of each middle segment; scan: the segments' start states, 8 value
+//!     rows per CTA when N·HV·16 CTAs fit one wave (`cp_scan_kernel`), else 16; pass 3: segments 1.. for real). Picked when its best estimate (`cost::best_cp`: G segments of the longest
 //!     sequence, 3 ≤ G ≤ 64, segments ≥ 4 chunks, pass 3 in one wave of CTAs and pass 1 in at most two) beats
 //!     the fused one: few long sequences, or one long sequence among short ones when the caller gives its
 //!     length. Nothing is read on the host: without a hint the lengths are taken as equal; any L is correct
@@ -313,7 +313,7 @@ pub fn grid_of(v: &Variant, s: &Shape) -> (u64, u64, u64) {
     match v.grid {
         GridOrder::HeadMajor => (n * cph, h, hv / h.max(1)),
         GridOrder::Linear => (n * hv * cph, 1, 1),
-        GridOrder::ChunkSlots => (prefill64_slots(s.total_tokens as u64, n), hv, 1),
+        GridOrder::ChunkSlots => (prefill64_slots(s.total_tokens as u64, n) * hv, 1, 1),
         GridOrder::SegmentSlots => cp_grid(v, s, 1),
     }
 }
@@ -579,7 +579,7 @@ pub enum PrefillPlan {
         walk: Choice,
         workspace_bytes: u64,
     },
-    /// `gdn_prefill64_prep`, `gdn_prefill64_cp_pass1_*`, `gdn_prefill64_cp_scan`, `gdn_prefill64_cp_pass3_*`
+    /// `gdn_prefill64_prep`, `gdn_prefill64_cp_pass1_*`, `gdn_prefill64_cp_scan{,8}`, `gdn_prefill64_cp_pass3_*`
     /// with `Prefill64Params::seg_chunks = seg_chunks`, sharing a workspace of `workspace_bytes`.
     ContextParallel {
         prep: Choice,
@@ -780,7 +780,12 @@ fn context_parallel(
         why.clone(),
         seg_chunks,
     )?;
-    let scan = configure(of(Family::Prefill64CpScan)?, s, caps, why.clone())?;
+    let scan = configure(
+        cp_scan_kernel(s, caps.sm_count as u64)?,
+        s,
+        caps,
+        why.clone(),
+    )?;
     let pass3 = configure_grid(of(Family::Prefill64CpPass3)?, s, caps, why, seg_chunks)?;
     let workspace_bytes = if pass3.is_empty() || n == 0 { 0 } else { need };
     Ok(PrefillPlan::ContextParallel {
@@ -791,6 +796,24 @@ fn context_parallel(
         segments,
         seg_chunks,
         workspace_bytes,
+    })
+}
+
+/// The cp scan kernel: `gdn_prefill64_cp_scan8` (8 value rows per CTA, N·HV·16 CTAs) when those CTAs fit one
+/// wave (one per SM), else `gdn_prefill64_cp_scan` (16 rows, N·HV·8). A scan step is latency-bound, so twice
+/// the SMs per step pays only while no second wave is needed (H200, results/prefill64_s11.md: 1x8192 scan 27.4 →
+/// 23.7 µs; 2x16384 28.2 → 46.6 µs with two waves).
+pub fn cp_scan_kernel(s: &Shape, sms: u64) -> Result<&'static Variant, Rejection> {
+    let ctas8 =
+        s.num_seqs as u64 * s.num_v_heads as u64 * registry::prefill64::CP_SCAN8_CTAS as u64;
+    let name = if ctas8 <= sms {
+        "gdn_prefill64_cp_scan8"
+    } else {
+        "gdn_prefill64_cp_scan"
+    };
+    registry::find(name).ok_or(Rejection::NoVariant {
+        family: Family::Prefill64CpScan,
+        state: StateDtype::F32,
     })
 }
 

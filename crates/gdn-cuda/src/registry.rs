@@ -28,8 +28,9 @@ pub enum Family {
     /// segment of L chunks, walks segment 0 for real and summarises the middle segments (transition and
     /// zero-state walk) into the workspace. `Prefill64Params` with `seg_chunks = L`.
     Prefill64CpPass1,
-    /// `prefill64.cu` `gdn_prefill64_cp_scan`: third launch of the cp plan: each segment's start state from
-    /// the summaries, in fp32 (no state storage: `state` is a convention, F32, never matched).
+    /// `prefill64.cu` `gdn_prefill64_cp_scan{,8}`: third launch of the cp plan: each segment's start state
+    /// from the summaries, in fp32 (no state storage: `state` is a convention, F32, never matched); 16 or 8
+    /// value rows per CTA (`policy::cp_scan_kernel`).
     Prefill64CpScan,
     /// `prefill64.cu` `gdn_prefill64_cp_pass3_*`: last launch of the cp plan: walks segments 1.. for real
     /// from their start states; the last writes new_state.
@@ -44,7 +45,8 @@ pub enum GridOrder {
     /// `(N * HV * cph, 1, 1)`: recurrent.cu ORDER 1 (`_lin`, state-memory order), prefill.cu and the
     /// prefill64 walk.
     Linear,
-    /// `(T / 64 + N + 1, HV, 1)`: one CTA per (64-token chunk slot, value head); the prefill64 prep.
+    /// `((T / 64 + N + 1) · HV, 1, 1)`: one CTA per (64-token chunk slot, value head), heads fastest; the
+    /// prefill64 prep.
     /// `T / 64 + N + 1` bounds the number of chunks of any split of T tokens into N sequences (each
     /// sequence's partial last chunk adds at most one) plus one spare slot (`prefill64_slots`).
     ChunkSlots,
@@ -152,9 +154,9 @@ pub mod prefill64 {
     pub const PREP_SMEM: u32 = 35_328;
     /// Dynamic shared memory of `gdn_prefill64_walk_*` (bytes) = `gdn_prefill64::WALK_SMEM` (includes
     /// 1 KB of slack: the kernel aligns its swizzled operand panels to 1024 B).
-    pub const WALK_SMEM: u32 = 192_528;
+    pub const WALK_SMEM: u32 = 159_760;
     /// Workspace bytes per (chunk slot, value head) = `gdn_prefill64::WS_CHUNK_BYTES`.
-    pub const WS_CHUNK_BYTES: u64 = 49_920;
+    pub const WS_CHUNK_BYTES: u64 = 33_792;
     /// Threads per block of both kernels.
     pub const BLOCK: u32 = 128;
     /// Walk CTAs per (sequence, value head): grid.x = N · HV · WALK_CTAS_PER_HEAD (one warpgroup per
@@ -168,9 +170,10 @@ pub mod prefill64 {
     pub const CP_PASS1_CTAS: u32 = 4;
     /// Context-parallel pass 3: CTAs per (segment slot, value head) = 2 value halves.
     pub const CP_PASS3_CTAS: u32 = 2;
-    /// Context-parallel scan: CTAs per (sequence, value head) (16 value rows each), block, dynamic smem
-    /// (= `gdn_prefill64::SCAN_SMEM`).
+    /// Context-parallel scan: CTAs per (sequence, value head) (16 value rows each; `gdn_prefill64_cp_scan8`:
+    /// 16 CTAs of 8 rows), block, dynamic smem (= `gdn_prefill64::SCAN_SMEM`, both).
     pub const CP_SCAN_CTAS: u32 = 8;
+    pub const CP_SCAN8_CTAS: u32 = 16;
     pub const CP_SCAN_BLOCK: u32 = 256;
     pub const CP_SCAN_SMEM: u32 = 139_264;
     /// Workspace bytes per (segment slot, value head) for each of the three f32 [128][128] arrays
@@ -568,6 +571,19 @@ pub static VARIANTS: &[Variant] = &[
         block_expr: None,
         hot: true,
     },
+    Variant {
+        name: "gdn_prefill64_cp_scan8",
+        module: &PREFILL64,
+        family: Prefill64CpScan,
+        state: F32,
+        grid: Linear,
+        block: prefill64::CP_SCAN_BLOCK,
+        dyn_smem: prefill64::CP_SCAN_SMEM,
+        ctas_per_head: prefill64::CP_SCAN8_CTAS,
+        smem_expr: Some(prefill64::CP_SCAN_SMEM_EXPR),
+        block_expr: None,
+        hot: true,
+    },
     prefill64_kernel(
         "gdn_prefill64_cp_pass3_f32",
         Prefill64CpPass3,
@@ -676,9 +692,9 @@ mod tests {
                 "{expr} not checked:\n{text}"
             );
         }
-        // prep + two walks + two pass-1 + scan + two pass-3 (dynamic smem each) + params size + the
+        // prep + two walks + two pass-1 + two scans + two pass-3 (dynamic smem each) + params size + the
         // workspace constant
-        assert_eq!(text.matches("gdn_registry_check<").count(), 8 + 2);
+        assert_eq!(text.matches("gdn_registry_check<").count(), 9 + 2);
         assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 139264>"));
         assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
         assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));

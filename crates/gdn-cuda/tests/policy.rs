@@ -441,7 +441,7 @@ fn chunk64_grids_and_launches() {
     };
     let slots = (t / 64 + n + 1) as u32;
     assert_eq!(prep.variant.name, "gdn_prefill64_prep");
-    assert_eq!(prep.grid, (slots, hv as u32, 1));
+    assert_eq!(prep.grid, (slots * hv as u32, 1, 1)); // heads fastest: K/Q shared in L2
     assert_eq!((prep.block, prep.dyn_smem), (128, prefill64::PREP_SMEM));
     assert_eq!(walk.variant.name, "gdn_prefill64_walk_bf16");
     assert_eq!(
@@ -529,10 +529,17 @@ fn context_parallel_for_few_long_sequences() {
         };
         assert_eq!((*segments, *seg_chunks), (g, l), "{s:?}");
         let slots = registry::prefill64_seg_slots(t as u64, n as u64, l) as u32;
-        assert_eq!(prep.grid, ((t / 64 + n + 1) as u32, hv as u32, 1));
+        assert_eq!(prep.grid, (((t / 64 + n + 1) * hv) as u32, 1, 1));
         assert_eq!(pass1.grid, (slots, hv as u32, 4));
         assert_eq!(pass3.grid, (slots, hv as u32, 2));
-        assert_eq!(scan.grid, ((n * hv * 8) as u32, 1, 1));
+        // 8 value rows per scan CTA while N·HV·16 CTAs fit one wave, else 16
+        let (scan_name, scan_ctas) = if n * hv * 16 <= 132 {
+            ("gdn_prefill64_cp_scan8", 16)
+        } else {
+            ("gdn_prefill64_cp_scan", 8)
+        };
+        assert_eq!(scan.variant.name, scan_name, "{s:?}");
+        assert_eq!(scan.grid, ((n * hv * scan_ctas) as u32, 1, 1));
         assert_eq!((scan.block, scan.dyn_smem), (256, prefill64::CP_SCAN_SMEM));
         assert_eq!((pass1.block, pass1.dyn_smem), (128, prefill64::WALK_SMEM));
         assert_eq!(
@@ -546,7 +553,7 @@ fn context_parallel_for_few_long_sequences() {
     let p = plan(&pre(1, 65_536, 8, BF16));
     assert_eq!(
         p.label(),
-        "cp gdn_prefill64_prep+gdn_prefill64_cp_pass1_bf16+gdn_prefill64_cp_scan+gdn_prefill64_cp_pass3_bf16"
+        "cp gdn_prefill64_prep+gdn_prefill64_cp_pass1_bf16+gdn_prefill64_cp_scan8+gdn_prefill64_cp_pass3_bf16"
     );
     assert!(p.why().starts_with("cp: estimate"), "{}", p.why());
     assert!(p.why().contains("16 walk chains"), "{}", p.why());
@@ -698,7 +705,7 @@ fn odd_value_heads_run_only_on_chunk64() {
     assert_eq!(p.kind(), PlanKind::Chunk64);
     assert!(p.why().contains("odd"), "{}", p.why());
     let (t, n) = (20, 2);
-    assert_eq!(p.launches()[0].grid, (t / 64 + n + 1, 3, 1));
+    assert_eq!(p.launches()[0].grid, ((t / 64 + n + 1) * 3, 1, 1));
     // forcing the fused plan, or a chunk64 that does not fit, is refused with the reason
     assert!(matches!(
         choose_prefill(&s, &H100, Some("gdn_prefill_f32_bv16")),
@@ -718,9 +725,9 @@ fn odd_value_heads_run_only_on_chunk64() {
 #[test]
 fn chunk64_needs_its_shared_memory() {
     use StateDtype::F32;
-    // a device with room for the prep (35328 bytes) but not the chunk64 walk (192528)
+    // a device with room for the prep (35328 bytes) and the cp scan (139264) but not the chunk64 walk (159760)
     let small = DeviceCaps {
-        max_dyn_smem: 170_000,
+        max_dyn_smem: 150_000,
         ..H100
     };
     assert!(prefill64::WALK_SMEM > small.max_dyn_smem && prefill64::PREP_SMEM < small.max_dyn_smem);

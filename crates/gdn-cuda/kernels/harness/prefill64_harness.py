@@ -26,8 +26,7 @@ ARGS = set(sys.argv[1:]) or {"check", "time"}
 RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "errors": [], "compile": {}}
 log = ph.log
 C = 64
-WS_CHUNK = 49920
-PREP_SMEM, WALK_SMEM, SCAN_SMEM = 35328, 192528, 139264
+PREP_SMEM, SCAN_SMEM = 35328, 139264  # (record and walk sizes: read from the compiled source)
 WALK_CTAS_PER_HEAD = 2
 
 
@@ -59,8 +58,16 @@ def save():
 
 
 class Module64:
-    def __init__(self, defines=(), selftest=False):
-        src = open(os.path.join(ph.KDIR, "prefill64.cu")).read()
+    def __init__(self, defines=(), selftest=False, src_path=None):
+        src = open(src_path or os.path.join(ph.KDIR, "prefill64.cu")).read()
+        # pseudo-define SCAN8: the cp plan's scan with 8 value rows per CTA (gdn_prefill64_cp_scan8, grid N·HV·16)
+        self.scan8 = "SCAN8" in defines
+        defines = tuple(d for d in defines if d != "SCAN8")
+        # layout constants from the source (an A/B baseline from git may differ): record bytes, walk smem
+        import re
+        self.ws_chunk = int(re.search(r"WS_CHUNK_BYTES == (\d+)", src).group(1))
+        self.walk_smem = int(re.search(r"WALK_SMEM == (\d+)", src).group(1))
+        self.prep_linear = "blockIdx.x % (unsigned)HV" in src
         if selftest:
             src += ('\nextern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_selftest(const __nv_bfloat16* A, '
                     'const __nv_bfloat16* B, float* D1, float* D2, float* D3) { gdn_prefill64::wg_selftest(A, B, D1, D2, D3); }\n')
@@ -81,11 +88,13 @@ class Module64:
         cubin = b" " * n
         ph._ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
         self.module = ph._ok(cu.cuModuleLoadData(cubin), "load")
+        WS = self.walk_smem
         A = cu.CUfunction_attribute
         self.fns, regs = {}, {}
-        names = [("gdn_prefill64_prep", PREP_SMEM), ("gdn_prefill64_walk_f32", WALK_SMEM),
-                 ("gdn_prefill64_walk_bf16", WALK_SMEM), ("gdn_prefill64_cp_scan", SCAN_SMEM)] + \
-            [(f"gdn_prefill64_cp_pass{i}_{st}", WALK_SMEM) for i in (1, 3) for st in ("f32", "bf16")]
+        names = [("gdn_prefill64_prep", PREP_SMEM), ("gdn_prefill64_walk_f32", WS),
+                 ("gdn_prefill64_walk_bf16", WS), ("gdn_prefill64_cp_scan", SCAN_SMEM)] + \
+            [(f"gdn_prefill64_cp_pass{i}_{st}", WS) for i in (1, 3) for st in ("f32", "bf16")] + \
+            ([("gdn_prefill64_cp_scan8", SCAN_SMEM)] if "gdn_prefill64_cp_scan8" in src else [])
         if selftest:
             names.append(("gdn_wgmma_selftest", 64 * 1024))
         for name, sm in names:
@@ -104,7 +113,7 @@ class Module64:
         N = cu_seqlens.numel() - 1
         T, H, HV = q.shape[0], q.shape[1], v.shape[1]
         slots = T // C + N + 1
-        need = slots * HV * WS_CHUNK
+        need = slots * HV * self.ws_chunk
         G = cp_seg_slots(T, N, cp_L) if cp_L else 0
         need += 3 * G * HV * 65536
         if self.ws is None or self.ws.numel() < need:
@@ -121,20 +130,22 @@ class Module64:
         stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
         if N == 0:
             return
-        err, = cu.cuLaunchKernel(self.fns["gdn_prefill64_prep"], slots, HV, 1, 128, 1, 1, PREP_SMEM, stream,
+        pg = (slots * HV, 1) if self.prep_linear else (slots, HV)
+        err, = cu.cuLaunchKernel(self.fns["gdn_prefill64_prep"], *pg, 1, 128, 1, 1, PREP_SMEM, stream,
                                  ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"prep launch: {err}")
         if cp_L:
-            for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1_{st}", (G, HV, 4), 128, WALK_SMEM),
-                                          ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, SCAN_SMEM),
-                                          (f"gdn_prefill64_cp_pass3_{st}", (G, HV, 2), 128, WALK_SMEM)):
+            for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1_{st}", (G, HV, 4), 128, self.walk_smem),
+                                          ("gdn_prefill64_cp_scan8", (N * HV * 16, 1, 1), 256, SCAN_SMEM)
+                                          if self.scan8 else ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, SCAN_SMEM),
+                                          (f"gdn_prefill64_cp_pass3_{st}", (G, HV, 2), 128, self.walk_smem)):
                 err, = cu.cuLaunchKernel(self.fns[name], *grid, block, 1, 1, sm, stream, ctypes.addressof(argv), 0)
                 if err != cu.CUresult.CUDA_SUCCESS:
                     raise RuntimeError(f"{name} launch: {err}")
             return
         err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * WALK_CTAS_PER_HEAD, 1, 1, 128, 1, 1,
-                                 WALK_SMEM, stream, ctypes.addressof(argv), 0)
+                                 self.walk_smem, stream, ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"walk launch: {err}")
 
@@ -320,6 +331,52 @@ def timing(mod, v5):
                         for k, x in r.items() if k.startswith("cp_G")))
 
 
+def cpab():
+    """A/B of walk/prep builds on the cp and chunk64 plans: AB_BUILDS = "base;GDN_WG_SLOTS=1,GDN_PREP_LINEAR;..."
+    (';' between builds, ',' between defines, 'base' = no define), CP_GS = segment counts, CONFIGS = anchors.
+    Also checks every build's cp output against the first build's (bitwise expected)."""
+    builds = [b for b in os.environ.get("AB_BUILDS", "base").split(";") if b]
+    alt = os.environ.get("ALT_SRC")  # builds named alt[,DEFINE...] compile that source (e.g. the previous commit's)
+    mk = lambda b: Module64(tuple(d for d in b.split(",") if d not in ("base", "alt")),
+                            src_path=alt if b.split(",")[0] == "alt" else None)
+    mods = [(b, mk(b)) for b in builds]
+    gs = [int(x) for x in os.environ.get("CP_GS", "9").split(",")]
+    cfgs = {"1x8192": [8192], "1x16384": [16384], "1x65536": [65536], "2x16384": [16384] * 2, "1x4096": [4096],
+            "64x1024": [1024] * 64, "4x2048": [2048] * 4, "1x2048": [2048]}
+    for cname in os.environ.get("CONFIGS", "1x8192,1x65536").split(","):
+        lens = cfgs[cname]
+        inp = ph.bench_inputs(lens)
+        T, N = sum(lens), len(lens)
+        q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
+        iters = 15 if T > 30000 else 25
+        plans = [0] + [cp_L_max(lens, G) for G in gs] if N <= 4 else [0]
+        for L in plans:
+            ref = None
+            for tag, mod in mods:
+                out = torch.full((T, 8, 128), float("nan"), dtype=torch.bfloat16, device=dev)
+                ns = torch.full((N, 8, 128, 128), float("nan"), dtype=torch.float32, device=dev)
+                mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns, cp_L=L)
+                torch.cuda.synchronize()
+                same = "ref" if ref is None else ("bitwise" if torch.equal(out, ref[0]) and torch.equal(ns, ref[1])
+                                                  else f"DIFF out {(out.float() - ref[0].float()).abs().max().item():.3g}")
+                nan = bool(torch.isnan(out).any() or torch.isnan(ns).any())
+                if ref is None:
+                    ref = (out.clone(), ns.clone())
+                prep, wk, parts = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale,
+                                                           out, ns, cp_L=L), iters)
+                tot = sorted(p_ + w_ for p_, w_ in zip(prep, wk))
+                med = {k_: statistics.median(v_) for k_, v_ in parts.items()} if L else {}
+                row = {"ab": tag, "config": cname, "L": L, "median_us": statistics.median(tot),
+                       "p10_us": tot[len(tot) // 10], "p90_us": tot[(9 * len(tot)) // 10],
+                       "prep_us": statistics.median(prep), **{f"{k_}_us": v_ for k_, v_ in med.items()}, "same": same,
+                       "nan": nan}
+                RES["timings"].append(row)
+                log(f"ab {cname:<8} L={L:<4} {tag:<32} total {row['median_us']:7.1f} (p10 {row['p10_us']:.1f} "
+                    f"p90 {row['p90_us']:.1f}) prep {row['prep_us']:.1f} " +
+                    " ".join(f"{k_} {v_:.1f}" for k_, v_ in med.items()) + f"  [{same}{' NAN' if nan else ''}]")
+        save()
+
+
 def cp_L_max(lens, G):
     """Segment length (chunks) that cuts the longest sequence into G segments."""
     chunks = -(-max(lens) // C)
@@ -468,7 +525,8 @@ def main():
     if "ablate" in ARGS:
         ablate()
     try:
-        mod = Module64()
+        md = os.environ.get("MOD_DEFS")  # the module `check` / `time` use (default: no define)
+        mod = Module64(tuple(md.split(",")) if md else ())
     except Exception:
         RES["errors"].append("compile: " + traceback.format_exc()[-4000:])
         log("COMPILE ERROR", RES["errors"][-1])
@@ -485,6 +543,12 @@ def main():
         torch.cuda.synchronize()
         log("prof launches done")
         return
+    if "cpab" in ARGS:
+        try:
+            cpab()
+        except Exception:
+            RES["errors"].append("cpab: " + traceback.format_exc()[-2000:])
+            log("ERROR", RES["errors"][-1])
     if "check" in ARGS:
         check(mod)
     if "mixlong" in ARGS:
