@@ -8,9 +8,11 @@
 // STATUS (H200, results/prefill64.md): correct (every harness and `gdn check` row, numerics better than prefill.cu
 // v5). The plain walk is slower than prefill.cu v5 in every ANCHORS configuration, so the runtime picks it only
 // where the fused kernels cannot run (an odd number of value heads) or when forced; the context-parallel kernels
-// (end of file) are the automatic plan for few long sequences (1x65536 894 us vs v5 2622). The walk is issue bound:
-// one warpgroup per SM issues ~1,300 instructions per warp per 64-token chunk (hi/lo splits, fragment packing,
-// loads, output staging) at ~3.2 cycles each around its 44 wgmma; the prep kernel costs ~6 us of SM time per
+// (end of file) are the automatic plan for few long sequences (1x65536 894 us vs v5 2622; v5 of this file, session
+// 11: 838, 1x8192 158.5 — results/prefill64_s11.md). The walk: one warpgroup per SM issues ~1,300 instructions per
+// warp per 64-token chunk (hi/lo splits, fragment packing, loads, output staging) at ~3.2 cycles each around its 44
+// wgmma, whose tensor time is < half the chunk's; with two CTAs per SM the rate rises only ~10%, the workspace
+// record traffic (written by prep, read by every walk CTA) being the other limit. The prep costs ~4 us of SM time per
 // (chunk, head) and dominates many-sequence inputs.
 //
 // ---------------------------------------------------------------------------------------------------------
