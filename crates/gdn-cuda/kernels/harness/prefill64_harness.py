@@ -6,13 +6,16 @@ Run on the GPU machine from the repository root:
 CONFIGS=1x1024,... limits `time`; `mixlong`: every plan on the contest-like mix's 25 workloads of >= 2048 tokens;
 `mixshort`: the fused kernel at every tile width on its 75 workloads of < 2048 tokens (MIX_ALL=1: all 100;
 MIX_BUILDS=1+GDN_MINB=4,2: also modules with -DGDN_NP=n and defines, e.g. the occupancy experiments);
-`contest_mix.json` = the lengths of gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0), the seed `gdn bench` uses.)
+`contest_mix.json` = the lengths of gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0), the seed `gdn bench` uses;
+`cpab`: A/B of builds on the chunk64 and cp plans — AB_BUILDS="alt;base;base,SCAN8" (';' between builds, ',' between
+defines; `alt` compiles ALT_SRC, e.g. the previous commit's prefill64.cu; SCAN8 selects the 8-row scan), CP_GS segment
+counts, CONFIGS; MOD_DEFS=... sets the module `check` and `time` use.)
 Reuses prefill_harness.py (inputs, float64 reference, comparison, bench inputs) and times prefill.cu's
 policy variant beside it in the same process. Kernel time = CUPTI (torch.profiler) sum of both kernels per call,
 L2 flushed (256 MB memset) before every call — the same method as shared/peers/bench_peers.py.
 Writes $OUT/prefill64_check.json and $OUT/prefill64_sweep.json.
 """
-import ctypes, json, os, random, statistics, struct, sys, time, traceback
+import ctypes, json, os, random, re, statistics, struct, sys, time, traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -64,7 +67,6 @@ class Module64:
         self.scan8 = "SCAN8" in defines
         defines = tuple(d for d in defines if d != "SCAN8")
         # layout constants from the source (an A/B baseline from git may differ): record bytes, walk smem
-        import re
         self.ws_chunk = int(re.search(r"WS_CHUNK_BYTES == (\d+)", src).group(1))
         self.walk_smem = int(re.search(r"WALK_SMEM == (\d+)", src).group(1))
         self.prep_linear = "blockIdx.x % (unsigned)HV" in src
