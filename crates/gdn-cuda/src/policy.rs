@@ -28,9 +28,9 @@
 //!   - **cp** (context parallel, `prefill64.cu`): the chunk64 prep, then three launches that cut each
 //!     sequence into segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
 //!     transition and a zero-state summary of each middle segment; scan: the segments' start states, 8 value
-//!     rows per CTA when N·HV·16 CTAs fit one wave (`cp_scan_kernel`), else 16; pass 3: segments 1.. for real). Picked when its best estimate (`cost::best_cp`: G segments of the longest
-//!     sequence, 3 ≤ G ≤ 64, segments ≥ 4 chunks, pass 3 in one wave of CTAs and pass 1 in at most two) beats
-//!     the fused one: few long sequences, or one long sequence among short ones when the caller gives its
+//!     rows per CTA when N·HV·16 CTAs fit one wave (`cp_scan_kernel`), else 16; pass 3: segments 1.. for
+//!     real). Picked when its best estimate (`cost::best_cp`: G segments of the longest sequence, 3 ≤ G ≤ 64,
+//!     segments ≥ 4 chunks, pass 3 in one wave of CTAs and pass 1 in at most two) beats the fused one: few long sequences, or one long sequence among short ones when the caller gives its
 //!     length. Nothing is read on the host: without a hint the lengths are taken as equal; any L is correct
 //!     for any lengths (the hint only steers speed).
 //! * An override (`GDN_KERNEL=<name>`, passed in by the caller) picks a variant by name; it must be of the
@@ -705,7 +705,7 @@ pub fn choose_prefill(
 /// The hot kernel of `family` for a chunk64 / cp launch of `s`: of the call's state dtype, except for the
 /// launches that touch no state storage (the prep, the cp scan; registered as F32 by convention).
 fn plan_kernel(family: Family, s: &Shape) -> Result<&'static Variant, Rejection> {
-    let stateless = matches!(family, Family::Prefill64Prep | Family::Prefill64CpScan);
+    let stateless = family == Family::Prefill64Prep; // (the cp scan is chosen by `cp_scan_kernel`)
     registry::VARIANTS
         .iter()
         .find(|v| v.family == family && v.hot && (stateless || v.state == s.state))

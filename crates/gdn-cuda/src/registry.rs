@@ -326,13 +326,29 @@ const fn prefill64_kernel(
         block: prefill64::BLOCK,
         dyn_smem,
         ctas_per_head: match (grid, family) {
-            (GridOrder::Linear, Family::Prefill64CpScan) => prefill64::CP_SCAN_CTAS,
             (GridOrder::Linear, _) => prefill64::WALK_CTAS_PER_HEAD,
             (GridOrder::SegmentSlots, Family::Prefill64CpPass1) => prefill64::CP_PASS1_CTAS,
             (GridOrder::SegmentSlots, _) => prefill64::CP_PASS3_CTAS,
             _ => 1,
         },
         smem_expr: Some(smem_expr),
+        block_expr: None,
+        hot: true,
+    }
+}
+
+/// A context-parallel scan kernel (`ctas_per_head` CTAs of 128 / `ctas_per_head` value rows per (sequence, head)).
+const fn cp_scan_kernel(name: &'static str, ctas_per_head: u32) -> Variant {
+    Variant {
+        name,
+        module: &PREFILL64,
+        family: Family::Prefill64CpScan,
+        state: StateDtype::F32, // touches only the fp32 workspace (not matched)
+        grid: GridOrder::Linear,
+        block: prefill64::CP_SCAN_BLOCK,
+        dyn_smem: prefill64::CP_SCAN_SMEM,
+        ctas_per_head,
+        smem_expr: Some(prefill64::CP_SCAN_SMEM_EXPR),
         block_expr: None,
         hot: true,
     }
@@ -558,32 +574,8 @@ pub static VARIANTS: &[Variant] = &[
         prefill64::WALK_SMEM,
         prefill64::WALK_SMEM_EXPR,
     ),
-    Variant {
-        name: "gdn_prefill64_cp_scan",
-        module: &PREFILL64,
-        family: Prefill64CpScan,
-        state: F32, // touches only the fp32 workspace (not matched)
-        grid: Linear,
-        block: prefill64::CP_SCAN_BLOCK,
-        dyn_smem: prefill64::CP_SCAN_SMEM,
-        ctas_per_head: prefill64::CP_SCAN_CTAS,
-        smem_expr: Some(prefill64::CP_SCAN_SMEM_EXPR),
-        block_expr: None,
-        hot: true,
-    },
-    Variant {
-        name: "gdn_prefill64_cp_scan8",
-        module: &PREFILL64,
-        family: Prefill64CpScan,
-        state: F32,
-        grid: Linear,
-        block: prefill64::CP_SCAN_BLOCK,
-        dyn_smem: prefill64::CP_SCAN_SMEM,
-        ctas_per_head: prefill64::CP_SCAN8_CTAS,
-        smem_expr: Some(prefill64::CP_SCAN_SMEM_EXPR),
-        block_expr: None,
-        hot: true,
-    },
+    cp_scan_kernel("gdn_prefill64_cp_scan", prefill64::CP_SCAN_CTAS),
+    cp_scan_kernel("gdn_prefill64_cp_scan8", prefill64::CP_SCAN8_CTAS),
     prefill64_kernel(
         "gdn_prefill64_cp_pass3_f32",
         Prefill64CpPass3,
