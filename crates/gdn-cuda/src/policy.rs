@@ -31,8 +31,9 @@
 //!     rows per CTA when N·HV·16 CTAs fit one wave (`cp_scan_kernel`), else 16; pass 3: segments 1.. for
 //!     real). Picked when its best estimate (`cost::best_cp`: G segments of the longest sequence, 3 ≤ G ≤ 64,
 //!     segments ≥ 4 chunks, pass 3 in one wave of CTAs and pass 1 in at most two) beats the fused one: few
-//!     long sequences, or one long sequence among short ones when the caller gives its length. Nothing is read on the host: without a hint the lengths are taken as equal; any L is correct
-//!     for any lengths (the hint only steers speed).
+//!     long sequences, or one long sequence among short ones when the caller gives its length. Nothing is
+//!     read on the host: without a hint the lengths are taken as equal; any L is correct for any lengths (the
+//!     hint only steers speed).
 //! * An override (`GDN_KERNEL=<name>`, passed in by the caller) picks a variant by name; it must be of the
 //!   right family and state dtype, and still passes every limit check. For prefill, naming a `gdn_prefill_*`
 //!   kernel forces the fused plan with that kernel; naming `gdn_prefill64_prep` or the walk of the call's
