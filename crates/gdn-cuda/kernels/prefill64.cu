@@ -1,5 +1,5 @@
 // prefill64.cu — Gated Delta Net chunked varlen prefill on Hopper (sm_90a), the "chunk64" plan: chunks of 64
-// tokens, a fully parallel preparation kernel (mma.sync) and a state walker on warpgroup MMA (wgmma; bf16 operands,
+// tokens, a fully parallel preparation kernel (wgmma + mma.sync) and a state walker on warpgroup MMA (wgmma; bf16 operands,
 // fp32 accumulation, fp32 state).
 //
 // Compiled at run time by NVRTC (options: -arch=sm_90a -std=c++17 -I<cuda include> -I<this folder>); no system
@@ -12,8 +12,8 @@
 // 11: 838, 1x8192 158.5 — results/prefill64_s11.md). The walk: one warpgroup per SM issues ~1,300 instructions per
 // warp per 64-token chunk (hi/lo splits, fragment packing, loads, output staging) at ~3.2 cycles each around its 44
 // wgmma, whose tensor time is < half the chunk's; with two CTAs per SM the rate rises only ~10%, the workspace
-// record traffic (written by prep, read by every walk CTA) being the other limit. The prep costs ~4 us of SM time per
-// (chunk, head) and dominates many-sequence inputs.
+// record traffic (written by prep, read by every walk CTA) being the other limit. The prep (v6, session 12: wgmma
+// products, tensor-core inverse) costs ~3.3 us of SM time per (chunk, head), ~60% of it the record's bytes.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -26,9 +26,9 @@
 //
 // Two kernels, launched in this order on one stream (no host sync, nothing read on the host):
 // 1. gdn_prefill64_prep — grid (num_slots·HV), block 128. One CTA per (chunk, value head): everything that
-//    does not depend on the state (gates, γ scan, K Kᵀ and Q Kᵀ on tensor cores, T by a blocked fp32 inverse:
-//    16x16 diagonal blocks by forward substitution, then block diagonals T_ij = −T_ii Σ_k A_ik T_kj), written to
-//    a workspace record. Fully parallel: uses the whole GPU however few the sequences are.
+//    does not depend on the state (gates, γ scan, K Kᵀ and Q Kᵀ on wgmma, T by a blocked fp32 inverse: 16x16
+//    diagonal blocks by forward substitution, then W_ik = T_ii A_ik and T_ij = −Σ_k W_ik T_kj on mma.sync in
+//    3xTF32), written to a workspace record. Fully parallel: uses the whole GPU however few the sequences are.
 //    Chunk j of sequence i lives in workspace slot f(i) + j with f(i) = cu_seqlens[i] / 64 + i, which is strictly
 //    increasing in i and leaves room for every chunk; num_slots = T / 64 + N + 1. A CTA finds its (i, j) by a
 //    binary search over cu_seqlens; slots that hold no chunk (at most N + 1 per head) exit at once.
@@ -76,7 +76,6 @@ namespace gdn_prefill64 {
 
 constexpr int C = 64;              // chunk length (tokens)
 constexpr int D = 128;             // head dim (K = V = 128)
-constexpr int LDK = D + 8;         // padded bf16 row stride of K / Q tiles (272 B): ldmatrix conflict-free
 constexpr int LDF = C + 4;         // padded f32 row stride of 64-column f32 tiles (272 B)
 
 // ---- workspace record per (chunk, value head), written by prep, read by walk: four bf16 tiles [64 rows t][64
@@ -97,260 +96,6 @@ static_assert(WS_CHUNK_BYTES == 33792 && WS_CHUNK_BYTES % 256 == 0, "workspace r
 __device__ __forceinline__ int rec_pair(int tile, int r, int c) {
     return tile * WG_TILE + r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + ((c & 7) << 1);
 }
-
-// ---- prep shared memory. A and T replace Q and K once K Kᵀ and Q Kᵀ are formed (a barrier separates them):
-// 35 KB per CTA, so 5 CTAs per SM (registers limit it there) instead of 3 with separate tiles (70 KB).
-constexpr int PK_OFF = 0;                          // K bf16 [64][136]
-constexpr int PQ_OFF = PK_OFF + C * LDK * 2;       // Q bf16 [64][136]
-constexpr int PA_OFF = PQ_OFF;                     // A f32 [64][68] over Q (upper blocks reused as scratch M)
-constexpr int PT_OFF = PK_OFF;                     // T f32 [64][68] over K
-constexpr int PG_OFF = PQ_OFF + C * LDK * 2;       // γ f32 [64]
-constexpr int PB_OFF = PG_OFF + 4 * C;             // β f32 [64]
-constexpr int PREP_SMEM = PB_OFF + 4 * C;          // 35328
-static_assert(C * LDK * 2 == C * LDF * 4, "A / T tiles alias the Q / K tiles exactly");
-static_assert(PREP_SMEM == 35328, "prep smem (mirrored by the Rust runtime)");
-
-// First workspace slot of sequence i.
-__device__ __forceinline__ i64 seq_slot(const i64* cu, i64 i) { return cu[i] / C + i; }
-
-// ================================================================== prep: one (chunk, value head) per CTA
-__device__ __forceinline__ void prep_body(const Prefill64Params& p) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    const i64 N = p.num_seqs;
-    const int HV = p.num_v_heads, H = p.num_q_heads;
-    // grid (slots·HV): the value heads of one chunk are launched together, so the ones sharing a q/k head read its
-    // K and Q from L2 (v5; H200: 1x65536 prep 284 -> 272 us against a (slots, HV) grid)
-    const int h = (int)(blockIdx.x % (unsigned)HV);
-    const i64 slot = blockIdx.x / (unsigned)HV;
-    if (N <= 0) return;
-    // Largest i with f(i) <= slot (f strictly increasing, f(0) = 0).
-    i64 lo = 0, hi = N - 1;
-    while (lo < hi) {
-        const i64 mid = (lo + hi + 1) >> 1;
-        if (seq_slot(p.cu_seqlens, mid) <= slot) lo = mid; else hi = mid - 1;
-    }
-    const i64 seq = lo;
-    const i64 start = p.cu_seqlens[seq] + (slot - seq_slot(p.cu_seqlens, seq)) * C;
-    const i64 eos = p.cu_seqlens[seq + 1];
-    if (start >= eos) return;  // a slot that holds no chunk
-    const int nvalid = eos - start < C ? (int)(eos - start) : C;
-    const int hq = h / (HV / H);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-
-    float* Af = reinterpret_cast<float*>(smem + PA_OFF);
-    float* Tf = reinterpret_cast<float*>(smem + PT_OFF);
-    float* gam_s = reinterpret_cast<float*>(smem + PG_OFF);
-    float* beta_s = reinterpret_cast<float*>(smem + PB_OFF);
-    unsigned char* rec = reinterpret_cast<unsigned char*>(p.workspace) + (slot * HV + h) * (i64)WS_CHUNK_BYTES;
-
-    // ---- K, Q rows (cp.async, zero-filled past the end). (Per-row bulk copies issued by one warp were slower:
-    // the TMA unit takes small copies one after another.)
-    {
-        const u32 ks = smem_addr(smem + PK_OFF), qs = smem_addr(smem + PQ_OFF);
-#pragma unroll
-        for (int it = 0; it < (C * D / 8) / 128; ++it) {  // 1024 pieces of 16 B per tile, 8 per thread
-            const int idx = it * 128 + tid, r = idx >> 4, c = idx & 15;
-            const bool ok = r < nvalid;
-            const i64 off = ok ? ((start + r) * H + hq) * (i64)D + c * 8 : 0;
-            const u32 d = (u32)(r * LDK + c * 8) * 2;
-            cp_async16(ks + d, p.k + off, ok);
-            cp_async16(qs + d, p.q + off, ok);
-        }
-        cp_async_commit();
-    }
-    // ---- gates: log-decay and β for token tid (< 64), inclusive scan of the log-decays per warp
-    if (tid < C) {
-        const bool ok = tid < nvalid;
-        float lg = 0.f, be = 0.f;
-        if (ok) {
-            const i64 gi = (start + tid) * HV + h;
-            lg = gdn_log_decay(__bfloat162float(p.a[gi]), p.dt_bias[h], p.A_log[h]);
-            be = gdn_beta(__bfloat162float(p.b[gi]));
-        }
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const float y = __shfl_up_sync(0xffffffffu, lg, off);
-            if (lane >= off) lg += y;
-        }
-        gam_s[tid] = lg;
-        beta_s[tid] = be;
-    }
-    cp_async_wait<0>();
-    __syncthreads();
-    if (tid >= 32 && tid < C) gam_s[tid] += gam_s[31];
-    __syncthreads();
-
-    // ---- K Kᵀ and Q Kᵀ, row block `warp` (rows 16w..16w+15) against token tiles 0..2w+1 (lower part only)
-    float kk[8][4], qk[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) kk[n][r] = qk[n][r] = 0.f;
-    {
-        const u32 ks = smem_addr(smem + PK_OFF), qs = smem_addr(smem + PQ_OFF);
-        const u32 lrow = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;
-#pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            u32 ak[4], aq[4];
-            ldsm_x4(ks + lrow + (u32)(16 * warp * LDK) * 2 + s * 32, ak);
-            ldsm_x4(qs + lrow + (u32)(16 * warp * LDK) * 2 + s * 32, aq);
-#pragma unroll
-            for (int jj = 0; jj < 4; ++jj) {
-                if (jj <= warp) {
-                    u32 bk[4];
-                    ldsm_x4(ks + lrow + (u32)(16 * jj * LDK) * 2 + s * 32, bk);
-                    mma(kk[2 * jj], ak, bk[0], bk[2]);
-                    mma(kk[2 * jj + 1], ak, bk[1], bk[3]);
-                    mma(qk[2 * jj], aq, bk[0], bk[2]);
-                    mma(qk[2 * jj + 1], aq, bk[1], bk[3]);
-                }
-            }
-        }
-    }
-    __syncthreads();  // every warp is done with the K and Q tiles: T and A take their place
-    // zero the strictly-upper off-diagonal blocks of T (the record is written whole)
-    for (int e = tid; e < C * C; e += 128) {
-        const int r = e >> 6, c = e & 63;
-        if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
-    }
-    // ---- A (f32, smem, row-major, zero on and above the diagonal) and P (hi/lo bf16, straight to the record)
-    {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-                const int i = 16 * warp + g + 8 * hr;
-                const int j0 = 8 * nt + 2 * t;
-                const float gi = gam_s[i], bi = beta_s[i];
-                float av[2], pv[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int j = j0 + e;
-                    const float dec = __expf(fminf(gi - gam_s[j], 0.f));
-                    av[e] = i > j ? bi * kk[nt][2 * hr + e] * dec : 0.f;
-                    pv[e] = i >= j ? p.scale * qk[nt][2 * hr + e] * dec : 0.f;
-                }
-                *reinterpret_cast<float2*>(Af + i * LDF + j0) = make_float2(av[0], av[1]);
-                u32 h2, l2;
-                split_bf16(pv[0], pv[1], h2, l2);
-                *reinterpret_cast<u32*>(rec + rec_pair(2, i, j0)) = h2;
-                *reinterpret_cast<u32*>(rec + rec_pair(3, i, j0)) = l2;
-            }
-    }
-    __syncthreads();
-    // ---- diagonal blocks: warp w inverts I + A_ww by forward substitution (lane c < 16 owns column c).
-    {
-        const int c = lane & 15, b0 = 16 * warp;
-        float col[16], acc[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            col[j] = j < c ? 0.f : (j == c ? 1.f : -acc[j]);
-#pragma unroll
-            for (int i = j + 1; i < 16; ++i) acc[i] = fmaf(Af[(b0 + i) * LDF + b0 + j], col[j], acc[i]);
-        }
-        if (lane < 16) {
-#pragma unroll
-            for (int i = 0; i < 16; ++i) Tf[(b0 + i) * LDF + b0 + c] = col[i];
-        }
-    }
-    __syncthreads();
-    // ---- off-diagonal blocks, by block diagonal d: M = Σ_{k=bj}^{bi-1} A_{bi,k} T_{k,bj} (into the unused
-    // upper block (bj, bi) of A), then T_{bi,bj} = −T_{bi,bi} M. Thread tid owns elements e = tid + 128m of the
-    // (4−d) pairs: pair m/2, row (e/16)%16, column e%16 — every loop bound is a compile-time constant, so the
-    // 2(4−d) independent dot products of a thread interleave.
-#pragma unroll
-    for (int d = 1; d < 4; ++d) {
-        float acc[6];
-#pragma unroll
-        for (int m = 0; m < 2 * (4 - d); ++m) {
-            const int e = tid + 128 * m, bj = m >> 1, bi = bj + d, r = (e >> 4) & 15, c = e & 15;
-            const float* arow = Af + (16 * bi + r) * LDF;
-            float x = 0.f;
-#pragma unroll
-            for (int kx = 16 * bj; kx < 16 * bi; ++kx) x = fmaf(arow[kx], Tf[kx * LDF + 16 * bj + c], x);
-            acc[m] = x;
-        }
-#pragma unroll
-        for (int m = 0; m < 2 * (4 - d); ++m) {
-            const int e = tid + 128 * m, bj = m >> 1, bi = bj + d, r = (e >> 4) & 15, c = e & 15;
-            Af[(16 * bj + r) * LDF + 16 * bi + c] = acc[m];
-        }
-        __syncthreads();
-#pragma unroll
-        for (int m = 0; m < 2 * (4 - d); ++m) {
-            const int e = tid + 128 * m, bj = m >> 1, bi = bj + d, r = (e >> 4) & 15, c = e & 15;
-            const float* trow = Tf + (16 * bi + r) * LDF + 16 * bi;
-            float x = 0.f;
-#pragma unroll
-            for (int kx = 0; kx < 16; ++kx) x = fmaf(trow[kx], Af[(16 * bj + kx) * LDF + 16 * bi + c], x);
-            acc[m] = -x;
-        }
-#pragma unroll
-        for (int m = 0; m < 2 * (4 - d); ++m) {
-            const int e = tid + 128 * m, bj = m >> 1, bi = bj + d, r = (e >> 4) & 15, c = e & 15;
-            Tf[(16 * bi + r) * LDF + 16 * bj + c] = acc[m];
-        }
-        __syncthreads();
-    }
-    // ---- Tb = T diag(β) as hi/lo bf16 (coalesced 4-byte stores), e-vectors
-    {
-        const float gC = gam_s[C - 1];
-#pragma unroll 4
-        for (int m = 0; m < (C * C / 2) / 128; ++m) {
-            const int e = m * 128 + tid, r = e >> 5, c = 2 * (e & 31);
-            u32 h2, l2;
-            split_bf16(Tf[r * LDF + c] * beta_s[c], Tf[r * LDF + c + 1] * beta_s[c + 1], h2, l2);
-            *reinterpret_cast<u32*>(rec + rec_pair(0, r, c)) = h2;
-            *reinterpret_cast<u32*>(rec + rec_pair(1, r, c)) = l2;
-        }
-        float* ev = reinterpret_cast<float*>(rec + WG_E);
-        if (tid < C) {
-            const float eg = __expf(gam_s[tid]);
-            ev[tid] = p.scale * eg;
-            ev[C + tid] = __expf(gC - gam_s[tid]);
-            ev[3 * C + tid] = eg;
-        } else {
-            ev[2 * C + tid - C] = tid == C ? __expf(gC) : 0.f;
-        }
-    }
-}
-
-// ================================================================== walk: the sequential chain on wgmma
-// One CTA = one warpgroup (4 warps, 128 threads) per (sequence, value head, 64-row value half): grid N·HV·2.
-// The warpgroup holds Sᵀ[64 v][128 k] as the fp32 accumulator of m64n128 wgmma (64 registers per thread: warp w
-// owns rows 16w..16w+15, lane (g = lane/4, t = lane%4) rows g and g+8, columns 8j + 2t, +1 for j = 0..15 — the
-// mma.sync C layout repeated), and runs each 64-token chunk as three batches of asynchronous wgmma:
-//   B1  [Z | Y] = Sᵀ [Kᵀ | Qᵀ]        8 x m64n128k16, A = bf16(Sᵀ) from registers, B = [K rows | Q rows] panels
-//       U = Vᵀ Tbᵀ (hi + lo)          8 x m64n64k16,  A = Vᵀ by ldmatrix.trans, B = Tb panels     (off the chain)
-//   B2  Vn = U − (Z diag(e^γ)) Tbᵀ    12 x m64n64k16, A = −Z e^γ as hi + lo from the B1 accumulator, B = Tb hi/lo
-//       (= U − Z Tgᵀ with Tg = Tb diag(e^γ): the record holds no Tg)
-//   B3  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K   4 x m64n128k16, B = the same K panels read MN-major (transposed),
-//       O = e^γ ⊙ Y + Vn Pᵀ           12 x m64n64k16, A = Vn hi + lo, B = P hi/lo (two commit groups)
-// i.e. 44 tensor-core instructions per chunk for 64 value rows (the mma.sync walker issued ~450 per warp for 16).
-// Every A fragment of a batch is formed before the batch's wgmma.fence, and O has registers of its own: otherwise
-// ptxas serialises every wgmma (C7511 "insufficient register resources"; checked in the SASS: one wait per batch).
-// Every B operand sits in shared memory in the 128-byte-swizzled K-major layout (rows of 64 bf16 = 128 B, 8-row
-// atoms of 1024 B, piece j of row r at j ^ (r & 7)): K and Q rows by cp.async into two 64-column panels
-// [K rows 0..63 | Q rows 64..127], V by cp.async, the record (prep wrote it pre-swizzled) by one bulk copy.
-// Two slots: chunk c+1 loads while chunk c computes. Outputs leave through a [token][v] staging tile (transposing
-// stmatrix) as 16-byte stores. Numerics as the header says (S as one bf16, T/P/Z/Vn as hi + lo pairs, the
-// update operand as one bf16). The layouts and both descriptor forms are checked by the harness `selftest`.
-#ifndef WG_UPD_LBO
-#define WG_UPD_LBO 16384  // MN-major B: stride between the two 64-column k panels
-#define WG_UPD_SBO 1024   // MN-major B: stride between 8-token row groups
-#endif
-constexpr int W2_KQ = 0;                           // 2 panels x [128 rows][128 B]
-constexpr int W2_V = 2 * 128 * 128;                // [64 t][64 v] bf16, swizzled (32768)
-constexpr int W2_REC = W2_V + C * 128;             // record image (40960)
-constexpr int W2_SLOT = ((W2_REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 74752
-constexpr int W2_LDO = 72;                         // output staging row stride (bf16)
-constexpr int W2_OS = 2 * W2_SLOT;                 // staging bf16 [64 t][72]
-constexpr int W2_BAR = W2_OS + C * W2_LDO * 2;     // two FULL mbarriers
-constexpr int WALK_SMEM = W2_BAR + 16 + 1024;   // + slack to align the base to 1024 B
-static_assert(WALK_SMEM == 159760, "wg walk smem (mirrored by the Rust runtime)");
-static_assert(W2_REC % 1024 == 0 && W2_SLOT % 1024 == 0, "swizzled panels need 1024-byte alignment");
 
 // wgmma shared-memory matrix descriptor, 128-byte swizzle: start address, leading / stride byte offsets (>> 4).
 __device__ __forceinline__ u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
@@ -415,6 +160,304 @@ __device__ __forceinline__ void wgmma_m64n64(float* d, const u32* a, u64 desc, i
 }
 
 
+// Byte offset of the 16-byte piece j of row r in a swizzled [rows][128 B] panel.
+__device__ __forceinline__ u32 swz(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
+
+// D[64 x 64] (+)= A[64 x 16] . B[16 x 64], both from shared memory descriptors (K-major), bf16; fp32 D.
+__device__ __forceinline__ void wgmma_m64n64_ss(float* d, u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// D = A·B + D, m16n8k8, tf32 inputs (as u32), f32 accumulators. Fragments (g = lane/4, t = lane%4): A a0 (g, t),
+// a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B b0 (k t, n g), b1 (k t+4, n g); C as m16n8k16.
+__device__ __forceinline__ void mma_tf32(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// x = hi + lo, both tf32 (round to nearest, ties away): the 3xTF32 products hi·hi + hi·lo + lo·hi carry ~fp32 accuracy.
+__device__ __forceinline__ void split_tf32(float x, u32& hi, u32& lo) {
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(x - __uint_as_float(hi)));
+}
+
+// ---- prep shared memory (v6). K and Q rows by cp.async into the walk's 128-byte-swizzled K-major layout: two
+// 64-column panels [K rows 0..63 | Q rows 64..127] of 16 KB, which K Kᵀ and Q Kᵀ read as wgmma descriptors. A and T
+// (f32, padded rows) replace them once those products are done (a barrier separates them): 35.5 KB per CTA + 1 KB to
+// align the base, so 6 CTAs fit an SM.
+constexpr int PKQ_OFF = 0;                         // 2 panels x [128 rows][128 B] bf16, swizzled (32768)
+constexpr int PT_OFF = 0;                          // T f32 [64][68] over the K/Q panels
+constexpr int PA_OFF = C * LDF * 4;                // A f32 [64][68] (17408), over the rest of them
+constexpr int PG_OFF = PA_OFF + C * LDF * 4;       // γ f32 [64]
+constexpr int PB_OFF = PG_OFF + 4 * C;             // β f32 [64]
+constexpr int PREP_SMEM = PB_OFF + 4 * C + 1024;   // + slack to align the base to 1024 B
+static_assert(PG_OFF >= PKQ_OFF + 2 * 128 * 128, "γ / β do not alias the K / Q panels");
+static_assert(PREP_SMEM == 36352, "prep smem (mirrored by the Rust runtime)");
+
+// First workspace slot of sequence i.
+__device__ __forceinline__ i64 seq_slot(const i64* cu, i64 i) { return cu[i] / C + i; }
+
+// ================================================================== prep: one (chunk, value head) per CTA
+__device__ __forceinline__ void prep_body(const Prefill64Params& p) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    const i64 N = p.num_seqs;
+    const int HV = p.num_v_heads, H = p.num_q_heads;
+    // grid (slots·HV): the value heads of one chunk are launched together, so the ones sharing a q/k head read its
+    // K and Q from L2 (v5; H200: 1x65536 prep 284 -> 272 us against a (slots, HV) grid)
+    const int h = (int)(blockIdx.x % (unsigned)HV);
+    const i64 slot = blockIdx.x / (unsigned)HV;
+    if (N <= 0) return;
+    // Largest i with f(i) <= slot (f strictly increasing, f(0) = 0).
+    i64 lo = 0, hi = N - 1;
+    while (lo < hi) {
+        const i64 mid = (lo + hi + 1) >> 1;
+        if (seq_slot(p.cu_seqlens, mid) <= slot) lo = mid; else hi = mid - 1;
+    }
+    const i64 seq = lo;
+    const i64 start = p.cu_seqlens[seq] + (slot - seq_slot(p.cu_seqlens, seq)) * C;
+    const i64 eos = p.cu_seqlens[seq + 1];
+    if (start >= eos) return;  // a slot that holds no chunk
+    const int nvalid = eos - start < C ? (int)(eos - start) : C;
+    const int hq = h / (HV / H);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+
+    float* Af = reinterpret_cast<float*>(smem + PA_OFF);
+    float* Tf = reinterpret_cast<float*>(smem + PT_OFF);
+    float* gam_s = reinterpret_cast<float*>(smem + PG_OFF);
+    float* beta_s = reinterpret_cast<float*>(smem + PB_OFF);
+    unsigned char* rec = reinterpret_cast<unsigned char*>(p.workspace) + (slot * HV + h) * (i64)WS_CHUNK_BYTES;
+
+    // ---- K, Q rows (cp.async, zero-filled past the end) into the swizzled panels. (Per-row bulk copies issued by one
+    // warp were slower: the TMA unit takes small copies one after another.)
+    {
+        const u32 kq = smem_addr(smem + PKQ_OFF);
+#pragma unroll
+        for (int it = 0; it < (C * D / 8) / 128; ++it) {  // 1024 pieces of 16 B per tile, 8 per thread
+            const int idx = it * 128 + tid, r = idx >> 4, c = idx & 15;
+            const bool ok = r < nvalid;
+            const i64 off = ok ? ((start + r) * H + hq) * (i64)D + c * 8 : 0;
+            const u32 panel = kq + (u32)(c >> 3) * (128 * 128);
+            cp_async16(panel + swz(r, c & 7), p.k + off, ok);
+            cp_async16(panel + swz(C + r, c & 7), p.q + off, ok);
+        }
+        cp_async_commit();
+    }
+    // ---- gates: log-decay and β for token tid (< 64), inclusive scan of the log-decays per warp
+    if (tid < C) {
+        const bool ok = tid < nvalid;
+        float lg = 0.f, be = 0.f;
+        if (ok) {
+            const i64 gi = (start + tid) * HV + h;
+            lg = gdn_log_decay(__bfloat162float(p.a[gi]), p.dt_bias[h], p.A_log[h]);
+            be = gdn_beta(__bfloat162float(p.b[gi]));
+        }
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, lg, off);
+            if (lane >= off) lg += y;
+        }
+        gam_s[tid] = lg;
+        beta_s[tid] = be;
+    }
+    cp_async_wait<0>();
+    fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
+    __syncthreads();
+    if (tid >= 32 && tid < C) gam_s[tid] += gam_s[31];
+
+    // ---- K Kᵀ and Q Kᵀ: 2 x 8 wgmma m64n64k16, A and B from the panels (v6; the mma.sync form gave warp w the
+    // 16w+16 columns its rows need: four times warp 0's work on warp 3). Warp w gets rows 16w..16w+15 in the
+    // mma.sync C layout: kk[n][r] = K Kᵀ (row 16w + g + 8(r/2), column 8n + 2t + r%2).
+    float kk[8][4], qk[8][4];
+    {
+        const u64 dk = wg_desc(smem_addr(smem + PKQ_OFF), 16, 1024);
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            const u64 step = (u64)(((s >> 2) * (128 * 128) + (s & 3) * 32) >> 4);
+            wgmma_m64n64_ss(&kk[0][0], dk + step, dk + step, s > 0);
+            wgmma_m64n64_ss(&qk[0][0], dk + step + (u64)((C * 128) >> 4), dk + step, s > 0);
+        }
+        wg_commit();
+        wg_wait0();
+        wg_pin<32>(&kk[0][0]);
+        wg_pin<32>(&qk[0][0]);
+    }
+    __syncthreads();  // every warp is done with the K and Q panels (and γ is complete): T and A take their place
+    // zero the strictly-upper off-diagonal blocks of T (the record is written whole)
+    for (int e = tid; e < C * C; e += 128) {
+        const int r = e >> 6, c = e & 63;
+        if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
+    }
+    // ---- A (f32, smem, row-major, zero on and above the diagonal) and P (hi/lo bf16, straight to the record)
+    {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int i = 16 * warp + g + 8 * hr;
+                const int j0 = 8 * nt + 2 * t;
+                const float gi = gam_s[i], bi = beta_s[i];
+                float av[2], pv[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int j = j0 + e;
+                    const float dec = __expf(fminf(gi - gam_s[j], 0.f));
+                    av[e] = i > j ? bi * kk[nt][2 * hr + e] * dec : 0.f;
+                    pv[e] = i >= j ? p.scale * qk[nt][2 * hr + e] * dec : 0.f;
+                }
+                *reinterpret_cast<float2*>(Af + i * LDF + j0) = make_float2(av[0], av[1]);
+                u32 h2, l2;
+                split_bf16(pv[0], pv[1], h2, l2);
+                *reinterpret_cast<u32*>(rec + rec_pair(2, i, j0)) = h2;
+                *reinterpret_cast<u32*>(rec + rec_pair(3, i, j0)) = l2;
+            }
+    }
+    __syncthreads();
+    // ---- diagonal blocks: warp w inverts I + A_ww by forward substitution (lane c < 16 owns column c).
+    {
+        const int c = lane & 15, b0 = 16 * warp;
+        float col[16], acc[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            col[j] = j < c ? 0.f : (j == c ? 1.f : -acc[j]);
+#pragma unroll
+            for (int i = j + 1; i < 16; ++i) acc[i] = fmaf(Af[(b0 + i) * LDF + b0 + j], col[j], acc[i]);
+        }
+        if (lane < 16) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) Tf[(b0 + i) * LDF + b0 + c] = col[i];
+        }
+    }
+    __syncthreads();
+    // ---- off-diagonal blocks on tensor cores (v6; the scalar form read ~1,000 f32 from shared memory per thread).
+    // With W_ik = T_ii A_ik (i > k), T = (I + A)⁻¹ has T_ij = −Σ_{k=j}^{i−1} W_ik T_kj for i > j: first W for the
+    // six lower blocks (in place over A, each unit reading only the columns it writes), then T by block diagonal
+    // d = 1, 2, 3 (each needs only blocks of smaller d). A unit = one 16 x 8 output tile (two per block) on
+    // mma.sync m16n8k8 in 3xTF32 (hi·hi + hi·lo + lo·hi: ~fp32 accuracy), operands straight from the f32 tiles.
+    {
+        // c += X[r0 .. r0+16)[kx .. kx+8) · Y[ky .. ky+8)[n0 .. n0+8)
+        auto step = [&](float* c, const float* X, int r0, int kx, const float* Y, int ky, int n0) {
+            const float a[4] = {X[(r0 + g) * LDF + kx + t], X[(r0 + g + 8) * LDF + kx + t],
+                                X[(r0 + g) * LDF + kx + t + 4], X[(r0 + g + 8) * LDF + kx + t + 4]};
+            const float b0 = Y[(ky + t) * LDF + n0 + g], b1 = Y[(ky + t + 4) * LDF + n0 + g];
+            u32 ah[4], al[4], bh0, bl0, bh1, bl1;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) split_tf32(a[i], ah[i], al[i]);
+            split_tf32(b0, bh0, bl0);
+            split_tf32(b1, bh1, bl1);
+            mma_tf32(c, al, bh0, bh1);
+            mma_tf32(c, ah, bl0, bl1);
+            mma_tf32(c, ah, bh0, bh1);
+        };
+        auto put = [&](float* M, int r0, int n0, const float* c, float sign) {
+            *reinterpret_cast<float2*>(M + (r0 + g) * LDF + n0 + 2 * t) = make_float2(sign * c[0], sign * c[1]);
+            *reinterpret_cast<float2*>(M + (r0 + g + 8) * LDF + n0 + 2 * t) = make_float2(sign * c[2], sign * c[3]);
+        };
+        // W: units u = 0..11 (block (i, k) = (1,0) (2,0) (2,1) (3,0) (3,1) (3,2), tile u & 1), warp w takes w, w+4, w+8
+#pragma unroll
+        for (int m = 0; m < 3; ++m) {
+            const int u = warp + 4 * m, pr = u >> 1;
+            const int i = pr == 0 ? 1 : (pr < 3 ? 2 : 3), k = pr == 0 ? 0 : (pr < 3 ? pr - 1 : pr - 3);
+            const int n0 = 16 * k + 8 * (u & 1);
+            float c[4] = {0.f, 0.f, 0.f, 0.f};
+            step(c, Tf, 16 * i, 16 * i, Af, 16 * i, n0);
+            step(c, Tf, 16 * i, 16 * i + 8, Af, 16 * i + 8, n0);
+            put(Af, 16 * i, n0, c, 1.f);
+        }
+        __syncthreads();
+        // T by block diagonal d: units (j, tile) for j < 4 − d, warp w takes w (and w + 4 when d = 1)
+#pragma unroll
+        for (int d = 1; d < 4; ++d) {
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                const int u = warp + 4 * m;
+                if (u < 2 * (4 - d)) {
+                    const int j = u >> 1, i = j + d, n0 = 16 * j + 8 * (u & 1);
+                    float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                    for (int k = j; k < i; ++k) {
+                        step(c, Af, 16 * i, 16 * k, Tf, 16 * k, n0);
+                        step(c, Af, 16 * i, 16 * k + 8, Tf, 16 * k + 8, n0);
+                    }
+                    put(Tf, 16 * i, n0, c, -1.f);
+                }
+            }
+            __syncthreads();
+        }
+    }
+    // ---- Tb = T diag(β) as hi/lo bf16 (coalesced 4-byte stores), e-vectors
+    {
+        const float gC = gam_s[C - 1];
+#pragma unroll 4
+        for (int m = 0; m < (C * C / 2) / 128; ++m) {
+            const int e = m * 128 + tid, r = e >> 5, c = 2 * (e & 31);
+            u32 h2, l2;
+            split_bf16(Tf[r * LDF + c] * beta_s[c], Tf[r * LDF + c + 1] * beta_s[c + 1], h2, l2);
+            *reinterpret_cast<u32*>(rec + rec_pair(0, r, c)) = h2;
+            *reinterpret_cast<u32*>(rec + rec_pair(1, r, c)) = l2;
+        }
+        float* ev = reinterpret_cast<float*>(rec + WG_E);
+        if (tid < C) {
+            const float eg = __expf(gam_s[tid]);
+            ev[tid] = p.scale * eg;
+            ev[C + tid] = __expf(gC - gam_s[tid]);
+            ev[3 * C + tid] = eg;
+        } else {
+            ev[2 * C + tid - C] = tid == C ? __expf(gC) : 0.f;
+        }
+    }
+}
+
+// ================================================================== walk: the sequential chain on wgmma
+// One CTA = one warpgroup (4 warps, 128 threads) per (sequence, value head, 64-row value half): grid N·HV·2.
+// The warpgroup holds Sᵀ[64 v][128 k] as the fp32 accumulator of m64n128 wgmma (64 registers per thread: warp w
+// owns rows 16w..16w+15, lane (g = lane/4, t = lane%4) rows g and g+8, columns 8j + 2t, +1 for j = 0..15 — the
+// mma.sync C layout repeated), and runs each 64-token chunk as three batches of asynchronous wgmma:
+//   B1  [Z | Y] = Sᵀ [Kᵀ | Qᵀ]        8 x m64n128k16, A = bf16(Sᵀ) from registers, B = [K rows | Q rows] panels
+//       U = Vᵀ Tbᵀ (hi + lo)          8 x m64n64k16,  A = Vᵀ by ldmatrix.trans, B = Tb panels     (off the chain)
+//   B2  Vn = U − (Z diag(e^γ)) Tbᵀ    12 x m64n64k16, A = −Z e^γ as hi + lo from the B1 accumulator, B = Tb hi/lo
+//       (= U − Z Tgᵀ with Tg = Tb diag(e^γ): the record holds no Tg)
+//   B3  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K   4 x m64n128k16, B = the same K panels read MN-major (transposed),
+//       O = e^γ ⊙ Y + Vn Pᵀ           12 x m64n64k16, A = Vn hi + lo, B = P hi/lo (two commit groups)
+// i.e. 44 tensor-core instructions per chunk for 64 value rows (the mma.sync walker issued ~450 per warp for 16).
+// Every A fragment of a batch is formed before the batch's wgmma.fence, and O has registers of its own: otherwise
+// ptxas serialises every wgmma (C7511 "insufficient register resources"; checked in the SASS: one wait per batch).
+// Every B operand sits in shared memory in the 128-byte-swizzled K-major layout (rows of 64 bf16 = 128 B, 8-row
+// atoms of 1024 B, piece j of row r at j ^ (r & 7)): K and Q rows by cp.async into two 64-column panels
+// [K rows 0..63 | Q rows 64..127], V by cp.async, the record (prep wrote it pre-swizzled) by one bulk copy.
+// Two slots: chunk c+1 loads while chunk c computes. Outputs leave through a [token][v] staging tile (transposing
+// stmatrix) as 16-byte stores. Numerics as the header says (S as one bf16, T/P/Z/Vn as hi + lo pairs, the
+// update operand as one bf16). The layouts and both descriptor forms are checked by the harness `selftest`.
+#ifndef WG_UPD_LBO
+#define WG_UPD_LBO 16384  // MN-major B: stride between the two 64-column k panels
+#define WG_UPD_SBO 1024   // MN-major B: stride between 8-token row groups
+#endif
+constexpr int W2_KQ = 0;                           // 2 panels x [128 rows][128 B]
+constexpr int W2_V = 2 * 128 * 128;                // [64 t][64 v] bf16, swizzled (32768)
+constexpr int W2_REC = W2_V + C * 128;             // record image (40960)
+constexpr int W2_SLOT = ((W2_REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 74752
+constexpr int W2_LDO = 72;                         // output staging row stride (bf16)
+constexpr int W2_OS = 2 * W2_SLOT;                 // staging bf16 [64 t][72]
+constexpr int W2_BAR = W2_OS + C * W2_LDO * 2;     // two FULL mbarriers
+constexpr int WALK_SMEM = W2_BAR + 16 + 1024;   // + slack to align the base to 1024 B
+static_assert(WALK_SMEM == 159760, "wg walk smem (mirrored by the Rust runtime)");
+static_assert(W2_REC % 1024 == 0 && W2_SLOT % 1024 == 0, "swizzled panels need 1024-byte alignment");
+
 // A fragment (k-step s, 16 columns) of an m64nN fp32 accumulator, as one bf16.
 __device__ __forceinline__ void acc_to_a(const float* acc, int s, u32* a) {
     a[0] = pack_bf16(acc[8 * s + 0], acc[8 * s + 1]);
@@ -427,8 +470,6 @@ __device__ __forceinline__ void acc_to_a_hilo(const float* acc, int s, float sig
 #pragma unroll
     for (int i = 0; i < 4; ++i) split_bf16(sign * acc[8 * s + 2 * i], sign * acc[8 * s + 2 * i + 1], hi[i], lo[i]);
 }
-// Byte offset of the 16-byte piece j of row r in a swizzled [rows][128 B] panel.
-__device__ __forceinline__ u32 swz(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
 
 template <bool LOADQ>
 __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned char* slot, u32 bar,
@@ -438,8 +479,14 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
     // (GDN_WG_NOREC / GDN_WG_NOKQV: timing ablations for the harness only — they skip loads, results are wrong)
 #ifndef GDN_WG_NOREC
     if (tid == 0) {
-        mbar_arrive_expect_tx(bar, WS_CHUNK_BYTES);
-        bulk_g2s(smem_addr(slot + W2_REC), rec, WS_CHUNK_BYTES, bar);
+        if (LOADQ) {
+            mbar_arrive_expect_tx(bar, WS_CHUNK_BYTES);
+            bulk_g2s(smem_addr(slot + W2_REC), rec, WS_CHUNK_BYTES, bar);
+        } else {  // a summary walk reads no P: the Tb tiles and the e-vectors only (v6; half the record's bytes)
+            mbar_arrive_expect_tx(bar, 2 * WG_TILE + 4 * 4 * C);
+            bulk_g2s(smem_addr(slot + W2_REC), rec, 2 * WG_TILE, bar);
+            bulk_g2s(smem_addr(slot + W2_REC + WG_E), rec + WG_E, 4 * 4 * C, bar);
+        }
     }
 #else
     if (tid == 0) mbar_arrive_expect_tx(bar, 0);
@@ -962,7 +1009,7 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 
 // ---------------------------------------------------------------------------------------------------------
 // Exported kernels (launch in this order on one stream):
-//   gdn_prefill64_prep        grid ((T/64 + N + 1)·HV, 1, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (35328)
+//   gdn_prefill64_prep        grid ((T/64 + N + 1)·HV, 1, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (36352)
 //   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (159760)
 //   gdn_prefill64_walk_bf16   same, bf16 state / new_state
 // workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (33792) bytes, 256-byte aligned.

@@ -151,7 +151,7 @@ pub mod prefill {
 /// after changing the kernel, change the number here.
 pub mod prefill64 {
     /// Dynamic shared memory of `gdn_prefill64_prep` (bytes) = `gdn_prefill64::PREP_SMEM`.
-    pub const PREP_SMEM: u32 = 35_328;
+    pub const PREP_SMEM: u32 = 36_352;
     /// Dynamic shared memory of `gdn_prefill64_walk_*` (bytes) = `gdn_prefill64::WALK_SMEM` (includes
     /// 1 KB of slack: the kernel aligns its swizzled operand panels to 1024 B).
     pub const WALK_SMEM: u32 = 159_760;

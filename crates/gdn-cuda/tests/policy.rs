@@ -725,7 +725,7 @@ fn odd_value_heads_run_only_on_chunk64() {
 #[test]
 fn chunk64_needs_its_shared_memory() {
     use StateDtype::F32;
-    // a device with room for the prep (35328 bytes) and the cp scan (139264) but not the chunk64 walk (159760)
+    // a device with room for the prep (36352 bytes) and the cp scan (139264) but not the chunk64 walk (159760)
     let small = DeviceCaps {
         max_dyn_smem: 150_000,
         ..H100

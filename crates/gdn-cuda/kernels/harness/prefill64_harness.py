@@ -29,7 +29,7 @@ ARGS = set(sys.argv[1:]) or {"check", "time"}
 RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "errors": [], "compile": {}}
 log = ph.log
 C = 64
-PREP_SMEM, SCAN_SMEM = 35328, 139264  # (record and walk sizes: read from the compiled source)
+SCAN_SMEM = 139264  # (record, prep and walk sizes: read from the compiled source)
 WALK_CTAS_PER_HEAD = 2
 
 
@@ -69,6 +69,7 @@ class Module64:
         # layout constants from the source (an A/B baseline from git may differ): record bytes, walk smem
         self.ws_chunk = int(re.search(r"WS_CHUNK_BYTES == (\d+)", src).group(1))
         self.walk_smem = int(re.search(r"WALK_SMEM == (\d+)", src).group(1))
+        self.prep_smem = int(re.search(r"PREP_SMEM == (\d+)", src).group(1))
         self.prep_linear = "blockIdx.x % (unsigned)HV" in src
         if selftest:
             src += ('\nextern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_selftest(const __nv_bfloat16* A, '
@@ -93,7 +94,7 @@ class Module64:
         WS = self.walk_smem
         A = cu.CUfunction_attribute
         self.fns, regs = {}, {}
-        names = [("gdn_prefill64_prep", PREP_SMEM), ("gdn_prefill64_walk_f32", WS),
+        names = [("gdn_prefill64_prep", self.prep_smem), ("gdn_prefill64_walk_f32", WS),
                  ("gdn_prefill64_walk_bf16", WS), ("gdn_prefill64_cp_scan", SCAN_SMEM)] + \
             [(f"gdn_prefill64_cp_pass{i}_{st}", WS) for i in (1, 3) for st in ("f32", "bf16")] + \
             ([("gdn_prefill64_cp_scan8", SCAN_SMEM)] if "gdn_prefill64_cp_scan8" in src else [])
@@ -133,7 +134,7 @@ class Module64:
         if N == 0:
             return
         pg = (slots * HV, 1) if self.prep_linear else (slots, HV)
-        err, = cu.cuLaunchKernel(self.fns["gdn_prefill64_prep"], *pg, 1, 128, 1, 1, PREP_SMEM, stream,
+        err, = cu.cuLaunchKernel(self.fns["gdn_prefill64_prep"], *pg, 1, 128, 1, 1, self.prep_smem, stream,
                                  ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"prep launch: {err}")
