@@ -117,6 +117,8 @@ __device__ __forceinline__ void stsm_x4_t(u32 addr, u32 r0, u32 r1, u32 r2, u32 
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                  "r"(r2), "r"(r3) : "memory");
 }
+// Named barrier `id` (1..15) over the 128 threads of one warpgroup.
+__device__ __forceinline__ void wg_bar(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // D[64 x 128] (+)= A[64 x 16] (registers, bf16) . B[16 x 128] (shared memory descriptor, bf16); fp32 D.
@@ -447,15 +449,29 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
 #define WG_UPD_LBO 16384  // MN-major B: stride between the two 64-column k panels
 #define WG_UPD_SBO 1024   // MN-major B: stride between 8-token row groups
 #endif
+// Warpgroups per walk CTA. 1 (the runtime's): one CTA per 64-row value half. 2 (harness only, session 12): one CTA
+// per head, a warpgroup per value half sharing the slot's K, Q, V and record (each chunk's bytes move once for all
+// 128 rows; the two warpgroups overlap one's tensor batches with the other's register work). Bitwise the same
+// results; H200: a 2-warpgroup CTA walks a chunk in 3.2 us where a 1-warpgroup CTA takes 2.3 us for half the rows,
+// so it wins where the grid is throughput-bound (1x65536 cp at G = 17: 695 vs 780 us at the 1-warpgroup best G = 9;
+// 2x16384: 362 vs 385) and loses where it is latency-bound (1x8192, 4x2048). Not yet in the runtime: the policy and
+// cost model have to choose it with its own segment count (results/prefill64_s12.md).
+#ifndef GDN_WALK_WGS
+#define GDN_WALK_WGS 1
+#endif
+constexpr int WGS = GDN_WALK_WGS;
+constexpr int WALK_THREADS = 128 * WGS;
+constexpr int WALK_CTAS_PER_HEAD = 2 / WGS;        // CTAs per (sequence or segment, value head, role)
+static_assert(WGS == 1 || WGS == 2, "one or two warpgroups per walk CTA");
 constexpr int W2_KQ = 0;                           // 2 panels x [128 rows][128 B]
-constexpr int W2_V = 2 * 128 * 128;                // [64 t][64 v] bf16, swizzled (32768)
-constexpr int W2_REC = W2_V + C * 128;             // record image (40960)
-constexpr int W2_SLOT = ((W2_REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 74752
+constexpr int W2_V = 2 * 128 * 128;                // WGS x [64 t][64 v] bf16, swizzled (32768)
+constexpr int W2_REC = W2_V + WGS * C * 128;       // record image (40960 / 49152)
+constexpr int W2_SLOT = ((W2_REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 74752 / 82944
 constexpr int W2_LDO = 72;                         // output staging row stride (bf16)
-constexpr int W2_OS = 2 * W2_SLOT;                 // staging bf16 [64 t][72]
-constexpr int W2_BAR = W2_OS + C * W2_LDO * 2;     // two FULL mbarriers
+constexpr int W2_OS = 2 * W2_SLOT;                 // WGS staging tiles bf16 [64 t][72]
+constexpr int W2_BAR = W2_OS + WGS * C * W2_LDO * 2;  // two FULL mbarriers
 constexpr int WALK_SMEM = W2_BAR + 16 + 1024;   // + slack to align the base to 1024 B
-static_assert(WALK_SMEM == 159760, "wg walk smem (mirrored by the Rust runtime)");
+static_assert(WALK_SMEM == (WGS == 2 ? 185360 : 159760), "wg walk smem (mirrored by the Rust runtime)");
 static_assert(W2_REC % 1024 == 0 && W2_SLOT % 1024 == 0, "swizzled panels need 1024-byte alignment");
 
 // A fragment (k-step s, 16 columns) of an m64nN fp32 accumulator, as one bf16.
@@ -494,8 +510,8 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
 #ifndef GDN_WG_NOKQV
     const u32 kq = smem_addr(slot + W2_KQ);
 #pragma unroll
-    for (int it = 0; it < (C * D / 8) / 128; ++it) {  // K and Q: 1024 pieces each, 8 per thread
-        const int idx = it * 128 + tid, r = idx >> 4, c = idx & 15;
+    for (int it = 0; it < (C * D / 8) / WALK_THREADS; ++it) {  // K and Q: 1024 pieces each
+        const int idx = it * WALK_THREADS + tid, r = idx >> 4, c = idx & 15;
         const bool ok = r < nvalid;
         const i64 off = ok ? ((start + r) * H + hq) * (i64)D + c * 8 : 0;
         const u32 panel = kq + (u32)(c >> 3) * (128 * 128);
@@ -503,12 +519,12 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
         if (LOADQ) cp_async16(panel + swz(C + r, c & 7), p.q + off, ok);
     }
 #pragma unroll
-    for (int it = 0; it < (C * 64 / 8) / 128; ++it) {  // V half: 512 pieces, 4 per thread
+    for (int it = 0; it < 4; ++it) {  // V: the CTA's WGS halves, 512 pieces each, 4 per thread
         if (!loadv) break;
-        const int idx = it * 128 + tid, r = idx >> 3, c = idx & 7;
+        const int idx = it * WALK_THREADS + tid, r = idx / (8 * WGS), pc = idx % (8 * WGS);
         const bool ok = r < nvalid;
-        const i64 off = ok ? ((start + r) * HV + h) * (i64)D + v0 + c * 8 : 0;
-        cp_async16(smem_addr(slot + W2_V) + swz(r, c), p.v + off, ok);
+        const i64 off = ok ? ((start + r) * HV + h) * (i64)D + v0 + pc * 8 : 0;
+        cp_async16(smem_addr(slot + W2_V) + (u32)(pc >> 3) * (C * 128) + swz(r, pc & 7), p.v + off, ok);
     }
 #endif
     cp_async_commit();
@@ -541,8 +557,10 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     const i64 bos = job.bos, eos = job.eos;
     const i64 len = eos > bos ? eos - bos : 0;
     const int c0 = job.c0, c1 = job.c1;
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int v0 = 64 * job.vh;
+    // tid: the CTA's thread (loads); wg: this thread's warpgroup = its value half when WGS = 2; w: warp within it
+    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int vload = WGS == 2 ? 0 : 64 * job.vh;  // first value column the CTA loads
+    const int v0 = WGS == 2 ? 64 * wg : 64 * job.vh;  // first value row of this warpgroup
     constexpr bool loadv = !ZEROV;
     const unsigned char* rec0 =
         reinterpret_cast<const unsigned char*>(p.workspace) + (seq_slot(p.cu_seqlens, seq) * HV + h) * (i64)WS_CHUNK_BYTES;
@@ -578,7 +596,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
             S[4 * j + 3] = eye && r0 + 8 == k0 + 1 ? 1.f : 0.f;
         }
     }
-    __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(smem + W2_OS);
+    __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(smem + W2_OS) + wg * (C * W2_LDO);
     const u32 bar0 = smem_addr(smem + W2_BAR);
     if (tid == 0) {
         mbar_init(bar0, 1);
@@ -589,7 +607,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     if (c1 > c0) {
         const i64 s0 = bos + (i64)c0 * C;
         walk_wg_issue<!SUMMARY>(p, smem, bar0, rec0 + (i64)c0 * rec_stride, s0, eos - s0 < C ? (int)(eos - s0) : C, hq, h,
-                                v0, tid, loadv);
+                                vload, tid, loadv);
     }
     // Vᵀ A fragments by ldmatrix.trans: lanes 8i..8i+7 address matrix i = (value rows +8·(i&1), tokens +8·(i>>1)).
     const int vt_row = (lane & 7) + 8 * (lane >> 4), vt_piece = 2 * w + ((lane >> 3) & 1);
@@ -606,10 +624,11 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         if (c + 1 < c1) {
             const i64 ns = cstart + C;
             walk_wg_issue<!SUMMARY>(p, smem + ((lc + 1) & 1) * W2_SLOT, bar0 + 8 * ((lc + 1) & 1),
-                                    rec0 + (i64)(c + 1) * rec_stride, ns, eos - ns < C ? (int)(eos - ns) : C, hq, h, v0,
+                                    rec0 + (i64)(c + 1) * rec_stride, ns, eos - ns < C ? (int)(eos - ns) : C, hq, h, vload,
                                     tid, loadv);
         }
-        const u32 kq = smem_addr(slot + W2_KQ), vs = smem_addr(slot + W2_V), rs = smem_addr(slot + W2_REC);
+        const u32 kq = smem_addr(slot + W2_KQ), vs = smem_addr(slot + W2_V) + (u32)(wg * C * 128),
+                  rs = smem_addr(slot + W2_REC);
         const float* egq = reinterpret_cast<const float*>(slot + W2_REC + WG_E);
         const float* ec = egq + C;
         const float egc = ec[C];
@@ -724,10 +743,10 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
                 stsm_x4_t(os_lane + (u32)(16 * q * W2_LDO * 2), pack_bf16(O[8 * q], O[8 * q + 1]),
                           pack_bf16(O[8 * q + 2], O[8 * q + 3]), pack_bf16(O[8 * q + 4], O[8 * q + 5]),
                           pack_bf16(O[8 * q + 6], O[8 * q + 7]));
-            __syncthreads();
+            wg_bar(1 + wg);  // this warpgroup's staging tile is complete (the other warpgroup runs on)
 #pragma unroll
             for (int it = 0; it < 4; ++it) {
-                const int idx = it * 128 + tid, r = idx >> 3, pc = idx & 7;
+                const int idx = it * 128 + (tid & 127), r = idx >> 3, pc = idx & 7;
                 const i64 tok = cstart + r;
                 if (tok < eos)
                     *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + v0 + 8 * pc) =
@@ -755,9 +774,9 @@ template <bool BF16STATE>
 __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
     const int HV = p.num_v_heads;
     WalkJob j;
-    j.vh = blockIdx.x & 1;
-    j.h = (blockIdx.x >> 1) % HV;
-    j.seq = (i64)(blockIdx.x >> 1) / HV;
+    j.vh = blockIdx.x % WALK_CTAS_PER_HEAD;
+    j.h = (blockIdx.x / WALK_CTAS_PER_HEAD) % HV;
+    j.seq = (i64)(blockIdx.x / WALK_CTAS_PER_HEAD) / HV;
     j.bos = p.cu_seqlens[j.seq];
     j.eos = p.cu_seqlens[j.seq + 1];
     const i64 len = j.eos > j.bos ? j.eos - j.bos : 0;
@@ -789,7 +808,8 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 // the output staging. Segment s of sequence i lives in segment slot g(i) + s, g(i) = f(i) / L + i with f the
 // chunk-slot map above: g(i+1) − g(i) ≥ floor(nch_i / L) + 1 ≥ nseg_i, and every slot is < (T/64 + N + 1)/L + N + 1.
 // Workspace after the chunk records: three f32 arrays [seg slots][HV][128 v][128 k] — S (segment start states), M,
-// B. Numerics: the summary walks round their states to bf16 in products exactly like the real walk; the scan is fp32.
+// B. Numerics: the summary walks round their states to bf16 in products exactly like the real walk; the scan is fp32
+// (v6: 3xTF32 products, fp32 accumulation).
 constexpr int SCAN_ROWS = 16;                                     // value rows per scan CTA (at most)
 constexpr int SCAN_SMEM = (2 * D * D + SCAN_ROWS * D) * 4;        // 2 x M f32 [128][128] + rows f32 [16][128]
 static_assert(SCAN_SMEM == 139264, "cp scan smem (mirrored by the Rust runtime)");
@@ -847,7 +867,7 @@ template <bool BF16STATE>
 __device__ __forceinline__ void cp_pass1(const Prefill64Params& p) {
     SegPos sp;
     if (!find_segment(p, blockIdx.x, sp)) return;
-    const int h = blockIdx.y, vh = blockIdx.z & 1, role = blockIdx.z >> 1;
+    const int h = blockIdx.y, vh = blockIdx.z % WALK_CTAS_PER_HEAD, role = blockIdx.z / WALK_CTAS_PER_HEAD;
     WalkJob j = segment_job(sp, h, vh, p.seg_chunks);
     if (sp.s == 0) {
         if (role != 0) return;
@@ -877,7 +897,7 @@ __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
     SegPos sp;
     if (!find_segment(p, blockIdx.x, sp) || sp.s == 0) return;
     const int h = blockIdx.y;
-    WalkJob j = segment_job(sp, h, blockIdx.z & 1, p.seg_chunks);
+    WalkJob j = segment_job(sp, h, blockIdx.z % WALK_CTAS_PER_HEAD, p.seg_chunks);
     j.init = INIT_WS;
     j.init_ws = cp_ws(p, 0, blockIdx.x, h);
     j.end = sp.s == sp.nseg - 1 ? END_STATE : END_NONE;
@@ -886,24 +906,30 @@ __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
 
 // One CTA per (sequence, value head, ROWS value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1] rows. ROWS = 16
 // (grid N·HV·8) or 8 (grid N·HV·16: twice the SMs per step, for few chains — policy.rs picks by the wave count).
-// Thread (column c = tid % 128, rows RT (tid / 128) .. +RT, RT = ROWS / 2): per k it reads M[k][c] (a warp reads 128
-// contiguous bytes) and X[rows][k] from a transposed copy Xᵀ[k][ROWS] (16-byte broadcasts), RT FMA. (A first
-// mapping — 8 columns x 1 row per thread — read M as 2-way bank-conflicted 16-byte loads, ~10 us per step.)
+// v6: on tensor cores, transposed so the value rows are the N dimension: S[s]ᵀ = M[s−1]ᵀ Xᵀ + B[s−1]ᵀ, warp w (of 8)
+// owns output columns 16w..16w+15 (one m16 tile of Mᵀ) for all ROWS rows (ROWS / 8 n8 tiles), 16 k8 steps of
+// mma.sync m16n8k8 in 3xTF32 (hi·hi + hi·lo + lo·hi, ~fp32 accuracy). (v5 and before: one FMA per element, ~1,400
+// instructions per thread per step, ~3.4 us per step; the scan was issue-bound.) Shared memory, both XOR-swizzled so
+// every fragment load is conflict-free: M f32 [128 k][128 n] with element (k, n) at column n ^ 8(k & 3) (16-byte
+// pieces stay whole), and X f32 [ROWS][128 k] with (r, k) at column k ^ 4(r & 7).
 // M of step s sits in buffer s & 1; step s issues the copy of step s+1's M before waiting for its own, so each
-// step's 64 KB load overlaps the previous step's arithmetic; B of step s+1 is read into registers during step s
-// (v5: its global-load latency was exposed at the start of every step).
+// step's 64 KB load overlaps the previous step's arithmetic; B of step s+1 is read into registers during step s.
 __device__ __forceinline__ void cp_scan_stage(const Prefill64Params& p, float* buf, i64 slot, int h, int tid) {
     const float* M = cp_ws(p, 1, slot, h);
     const u32 base = smem_addr(buf);
 #pragma unroll 4
-    for (int e = tid; e < D * D / 4; e += 256) cp_async16(base + 16u * e, M + 4 * e, true);
+    for (int e = tid; e < D * D / 4; e += 256) {
+        const int k = e >> 5, n = (e & 31) * 4;
+        cp_async16(base + 4u * (u32)(k * D + (n ^ ((k & 3) << 3))), M + 4 * e, true);
+    }
 }
+__device__ __forceinline__ int scan_xcol(int r, int k) { return r * D + (k ^ ((r & 7) << 2)); }
 template <int ROWS>
 __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
-    constexpr int RT = ROWS / 2;  // rows per thread
+    constexpr int NT = ROWS / 8;  // n8 tiles (value rows)
     extern __shared__ __align__(16) unsigned char smem[];
     float* Mbuf = reinterpret_cast<float*>(smem);
-    float* XT = Mbuf + 2 * D * D;  // Xᵀ [128 k][ROWS]
+    float* X = Mbuf + 2 * D * D;  // X [ROWS][128 k], swizzled (scan_xcol)
     const int HV = p.num_v_heads, L = p.seg_chunks;
     const int rb = blockIdx.x % (D / ROWS);
     const int h = (blockIdx.x / (D / ROWS)) % HV;
@@ -915,54 +941,77 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     const int nseg = nch > L ? (nch + L - 1) / L : 1;
     if (nseg < 3) return;
     const i64 first = seg_first(p.cu_seqlens, seq, L);
-    const int tid = threadIdx.x, c = tid & (D - 1), r0 = RT * (tid >> 7);
-    const i64 off0 = (i64)(ROWS * rb + r0) * D + c;  // element (row r0, column c) of a [128][128] state
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int m0 = 16 * warp;
+    const i64 row0 = (i64)ROWS * rb;  // first value row of this CTA
+    // this thread's outputs: tile nt, element e: row 8nt + 2t + (e & 1), column m0 + g + 8(e >> 1)
+    auto out_off = [&](int nt, int e) {
+        return (row0 + 8 * nt + 2 * t + (e & 1)) * D + m0 + g + 8 * (e >> 1);
+    };
     cp_scan_stage(p, Mbuf, first + 1, h, tid);  // M of step 2 → buffer 0
     cp_async_commit();
-    float bn[RT];  // B of the next step
+    float bn[NT][4];  // B of the next step
     {
         const float* X0 = cp_ws(p, 0, first + 1, h);
         const float* B0 = cp_ws(p, 2, first + 1, h);
-        float x[RT];
+        for (int e = tid; e < ROWS * D; e += 256) X[scan_xcol(e >> 7, e & (D - 1))] = X0[row0 * D + e];
 #pragma unroll
-        for (int i = 0; i < RT; ++i) x[i] = X0[off0 + (i64)i * D];
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < RT; ++i) bn[i] = B0[off0 + (i64)i * D];
-#pragma unroll
-        for (int i = 0; i < RT; i += 4)
-            *reinterpret_cast<float4*>(XT + c * ROWS + r0 + i) = make_float4(x[i], x[i + 1], x[i + 2], x[i + 3]);
+            for (int e = 0; e < 4; ++e) bn[nt][e] = B0[out_off(nt, e)];
     }
     for (int s = 2; s < nseg; ++s) {
         const float* Ms = Mbuf + (s & 1) * D * D;
         if (s + 1 < nseg) cp_scan_stage(p, Mbuf + ((s + 1) & 1) * D * D, first + s, h, tid);
         cp_async_commit();
-        float acc[RT];
+        float acc[2][NT][4];  // two k halves, summed at the end (shorter dependent mma chains)
 #pragma unroll
-        for (int i = 0; i < RT; ++i) acc[i] = bn[i];
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) { acc[0][nt][e] = bn[nt][e]; acc[1][nt][e] = 0.f; }
         if (s + 1 < nseg) {
             const float* Bn = cp_ws(p, 2, first + s, h);
 #pragma unroll
-            for (int i = 0; i < RT; ++i) bn[i] = Bn[off0 + (i64)i * D];
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) bn[nt][e] = Bn[out_off(nt, e)];
         }
         cp_async_wait<1>();  // this thread's copies of this step's M have landed (the next step's may be in flight)
-        __syncthreads();     // ... everyone's; Xᵀ of the previous step written
-#pragma unroll 8
-        for (int k = 0; k < D; ++k) {
-            const float m = Ms[k * D + c];
+        __syncthreads();     // ... everyone's; X of the previous step written
+#pragma unroll 4
+        for (int kk = 0; kk < D / 8; ++kk) {
+            const int k0 = 8 * kk;
+            // A = Mᵀ tile: a0 (m g, k t), a1 (m g+8, k t), a2 (m g, k t+4), a3 (m g+8, k t+4); Mᵀ[m][k] = M[k][m]
+            const float* mr0 = Ms + (k0 + t) * D;
+            const float* mr1 = Ms + (k0 + t + 4) * D;
+            const int sw = t << 3;  // (k & 3) = t for both rows
+            u32 ah[4], al[4];
+            split_tf32(mr0[(m0 + g) ^ sw], ah[0], al[0]);
+            split_tf32(mr0[(m0 + g + 8) ^ sw], ah[1], al[1]);
+            split_tf32(mr1[(m0 + g) ^ sw], ah[2], al[2]);
+            split_tf32(mr1[(m0 + g + 8) ^ sw], ah[3], al[3]);
 #pragma unroll
-            for (int i = 0; i < RT; i += 4) {
-                const float4 x = *reinterpret_cast<const float4*>(XT + k * ROWS + r0 + i);
-                acc[i] = fmaf(x.x, m, acc[i]); acc[i + 1] = fmaf(x.y, m, acc[i + 1]);
-                acc[i + 2] = fmaf(x.z, m, acc[i + 2]); acc[i + 3] = fmaf(x.w, m, acc[i + 3]);
+            for (int nt = 0; nt < NT; ++nt) {
+                // B = Xᵀ tile: b0 (k t, n g), b1 (k t+4, n g); Xᵀ[k][n] = X[8nt + n][k]
+                u32 bh0, bl0, bh1, bl1;
+                split_tf32(X[scan_xcol(8 * nt + g, k0 + t)], bh0, bl0);
+                split_tf32(X[scan_xcol(8 * nt + g, k0 + t + 4)], bh1, bl1);
+                float* c = acc[kk & 1][nt];
+                mma_tf32(c, al, bh0, bh1);
+                mma_tf32(c, ah, bl0, bl1);
+                mma_tf32(c, ah, bh0, bh1);
             }
         }
-        __syncthreads();  // everyone is done reading Xᵀ and this M (its buffer is refilled two steps on)
+        __syncthreads();  // everyone is done reading X and this M (its buffer is refilled two steps on)
         float* Xn = cp_ws(p, 0, first + s, h);
 #pragma unroll
-        for (int i = 0; i < RT; ++i) Xn[off0 + (i64)i * D] = acc[i];
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < RT; i += 4)
-            *reinterpret_cast<float4*>(XT + c * ROWS + r0 + i) = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+            for (int e = 0; e < 4; ++e) {
+                const float x = acc[0][nt][e] + acc[1][nt][e];
+                Xn[out_off(nt, e)] = x;
+                X[scan_xcol(8 * nt + 2 * t + (e & 1), m0 + g + 8 * (e >> 1))] = x;
+            }
     }
 }
 
@@ -1025,16 +1074,16 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 extern "C" __global__ void __launch_bounds__(128) gdn_prefill64_prep(const Prefill64Params p) {
     gdn_prefill64::prep_body(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_f32(const Prefill64Params p) {
+extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_walk_f32(const Prefill64Params p) {
     gdn_prefill64::walk_plain<false>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_bf16(const Prefill64Params p) {
+extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_walk_bf16(const Prefill64Params p) {
     gdn_prefill64::walk_plain<true>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_f32(const Prefill64Params p) {
+extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_cp_pass1_f32(const Prefill64Params p) {
     gdn_prefill64::cp_pass1<false>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_bf16(const Prefill64Params p) {
+extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_cp_pass1_bf16(const Prefill64Params p) {
     gdn_prefill64::cp_pass1<true>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(const Prefill64Params p) {
@@ -1043,9 +1092,9 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(const Pr
 extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan8(const Prefill64Params p) {
     gdn_prefill64::cp_scan<8>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_f32(const Prefill64Params p) {
+extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_cp_pass3_f32(const Prefill64Params p) {
     gdn_prefill64::cp_pass3<false>(p);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_bf16(const Prefill64Params p) {
+extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_cp_pass3_bf16(const Prefill64Params p) {
     gdn_prefill64::cp_pass3<true>(p);
 }

@@ -30,7 +30,6 @@ RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "err
 log = ph.log
 C = 64
 SCAN_SMEM = 139264  # (record, prep and walk sizes: read from the compiled source)
-WALK_CTAS_PER_HEAD = 2
 
 
 def cp_seg_slots(T, N, L):
@@ -68,8 +67,15 @@ class Module64:
         defines = tuple(d for d in defines if d != "SCAN8")
         # layout constants from the source (an A/B baseline from git may differ): record bytes, walk smem
         self.ws_chunk = int(re.search(r"WS_CHUNK_BYTES == (\d+)", src).group(1))
-        self.walk_smem = int(re.search(r"WALK_SMEM == (\d+)", src).group(1))
+        ws = re.search(r"WALK_SMEM == (?:\(WGS == 2 \? (\d+) : )?(\d+)", src)
         self.prep_smem = int(re.search(r"PREP_SMEM == (\d+)", src).group(1))
+        # warpgroups per walk CTA (v6: 2, one per value half; older sources: 1), -DGDN_WALK_WGS=n overrides
+        m = re.search(r"#define GDN_WALK_WGS (\d)", src)
+        self.wgs = int(m.group(1)) if m else 1
+        for d in defines:
+            if d.startswith("GDN_WALK_WGS="):
+                self.wgs = int(d.split("=")[1])
+        self.walk_smem = int(ws.group(1) if self.wgs == 2 else ws.group(2))
         self.prep_linear = "blockIdx.x % (unsigned)HV" in src
         if selftest:
             src += ('\nextern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_selftest(const __nv_bfloat16* A, '
@@ -139,15 +145,16 @@ class Module64:
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"prep launch: {err}")
         if cp_L:
-            for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1_{st}", (G, HV, 4), 128, self.walk_smem),
+            cph, wt = 2 // self.wgs, 128 * self.wgs
+            for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1_{st}", (G, HV, 2 * cph), wt, self.walk_smem),
                                           ("gdn_prefill64_cp_scan8", (N * HV * 16, 1, 1), 256, SCAN_SMEM)
                                           if self.scan8 else ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, SCAN_SMEM),
-                                          (f"gdn_prefill64_cp_pass3_{st}", (G, HV, 2), 128, self.walk_smem)):
+                                          (f"gdn_prefill64_cp_pass3_{st}", (G, HV, cph), wt, self.walk_smem)):
                 err, = cu.cuLaunchKernel(self.fns[name], *grid, block, 1, 1, sm, stream, ctypes.addressof(argv), 0)
                 if err != cu.CUresult.CUDA_SUCCESS:
                     raise RuntimeError(f"{name} launch: {err}")
             return
-        err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * WALK_CTAS_PER_HEAD, 1, 1, 128, 1, 1,
+        err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * 2 // self.wgs, 1, 1, 128 * self.wgs, 1, 1,
                                  self.walk_smem, stream, ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"walk launch: {err}")
