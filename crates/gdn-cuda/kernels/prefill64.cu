@@ -379,6 +379,7 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
             float c[4] = {0.f, 0.f, 0.f, 0.f};
             step(c, Tf, 16 * i, 16 * i, Af, 16 * i, n0);
             step(c, Tf, 16 * i, 16 * i + 8, Af, 16 * i + 8, n0);
+            __syncwarp();  // every lane has read this tile of A before any lane overwrites it with W
             put(Af, 16 * i, n0, c, 1.f);
         }
         __syncthreads();
