@@ -450,30 +450,33 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
 #define WG_UPD_LBO 16384  // MN-major B: stride between the two 64-column k panels
 #define WG_UPD_SBO 1024   // MN-major B: stride between 8-token row groups
 #endif
-// Warpgroups per walk CTA. 1 (the runtime's): one CTA per 64-row value half. 2 (harness only, session 12): one CTA
-// per head, a warpgroup per value half sharing the slot's K, Q, V and record (each chunk's bytes move once for all
-// 128 rows; the two warpgroups overlap one's tensor batches with the other's register work). Bitwise the same
-// results; H200: a 2-warpgroup CTA walks a chunk in 3.2 us where a 1-warpgroup CTA takes 2.3 us for half the rows,
-// so it wins where the grid is throughput-bound (1x65536 cp at G = 17: 695 vs 780 us at the 1-warpgroup best G = 9;
-// 2x16384: 362 vs 385) and loses where it is latency-bound (1x8192, 4x2048). Not yet in the runtime: the policy and
-// cost model have to choose it with its own segment count (results/prefill64_s12.md).
-#ifndef GDN_WALK_WGS
-#define GDN_WALK_WGS 1
-#endif
-constexpr int WGS = GDN_WALK_WGS;
-constexpr int WALK_THREADS = 128 * WGS;
-constexpr int WALK_CTAS_PER_HEAD = 2 / WGS;        // CTAs per (sequence or segment, value head, role)
-static_assert(WGS == 1 || WGS == 2, "one or two warpgroups per walk CTA");
-constexpr int W2_KQ = 0;                           // 2 panels x [128 rows][128 B]
-constexpr int W2_V = 2 * 128 * 128;                // WGS x [64 t][64 v] bf16, swizzled (32768)
-constexpr int W2_REC = W2_V + WGS * C * 128;       // record image (40960 / 49152)
-constexpr int W2_SLOT = ((W2_REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 74752 / 82944
-constexpr int W2_LDO = 72;                         // output staging row stride (bf16)
-constexpr int W2_OS = 2 * W2_SLOT;                 // WGS staging tiles bf16 [64 t][72]
-constexpr int W2_BAR = W2_OS + WGS * C * W2_LDO * 2;  // two FULL mbarriers
-constexpr int WALK_SMEM = W2_BAR + 16 + 1024;   // + slack to align the base to 1024 B
-static_assert(WALK_SMEM == (WGS == 2 ? 185360 : 159760), "wg walk smem (mirrored by the Rust runtime)");
-static_assert(W2_REC % 1024 == 0 && W2_SLOT % 1024 == 0, "swizzled panels need 1024-byte alignment");
+// Warpgroups per walk CTA, WGS (a template parameter of the walk): 1 — one CTA per 64-row value half (grid ·2);
+// 2 (v6, session 12) — one CTA per head, a warpgroup per value half, sharing the slot's K, Q, V and record: each
+// chunk's bytes move once for all 128 rows, and two warpgroups on an SM overlap one's tensor batches with the
+// other's register work. Bitwise the same results. H200: a 2-warpgroup CTA walks a chunk in 3.2 us where a
+// 1-warpgroup CTA takes 2.3 us for half the rows — it wins where the grid is throughput-bound (1x65536 cp at G = 17:
+// 695 vs 780 us at the 1-warpgroup best G = 9; 2x16384: 362 vs 385) and loses where it is latency-bound (1x8192,
+// 4x2048). The 2-warpgroup cp passes (…_cp_pass{1,3}w_*) are built for the harness only (GDN_CP_WGS2) until the
+// policy and cost model choose between the forms (results/prefill64_s12.md).
+// Shared memory per CTA: two slots [K/Q panels | WGS V panels | record], WGS output staging tiles, two mbarriers.
+constexpr int W2_LDO = 72;  // output staging row stride (bf16)
+template <int WGS>
+struct WalkLayout {
+    static_assert(WGS == 1 || WGS == 2, "one or two warpgroups per walk CTA");
+    static constexpr int THREADS = 128 * WGS;
+    static constexpr int CTAS_PER_HEAD = 2 / WGS;  // CTAs per (sequence or segment, value head, role)
+    static constexpr int KQ = 0;                   // 2 panels x [128 rows][128 B]
+    static constexpr int V = 2 * 128 * 128;        // WGS x [64 t][64 v] bf16, swizzled (32768)
+    static constexpr int REC = V + WGS * C * 128;  // record image (40960 / 49152)
+    static constexpr int SLOT = ((REC + WS_CHUNK_BYTES + 1023) / 1024) * 1024;  // 74752 / 82944
+    static constexpr int OS = 2 * SLOT;            // WGS staging tiles bf16 [64 t][72]
+    static constexpr int BAR = OS + WGS * C * W2_LDO * 2;  // two FULL mbarriers
+    static constexpr int SMEM = BAR + 16 + 1024;   // + slack to align the base to 1024 B
+    static_assert(REC % 1024 == 0 && SLOT % 1024 == 0, "swizzled panels need 1024-byte alignment");
+};
+constexpr int WALK_SMEM = WalkLayout<1>::SMEM;
+constexpr int WALK2_SMEM = WalkLayout<2>::SMEM;
+static_assert(WALK_SMEM == 159760 && WALK2_SMEM == 185360, "wg walk smem (mirrored by the Rust runtime)");
 
 // A fragment (k-step s, 16 columns) of an m64nN fp32 accumulator, as one bf16.
 __device__ __forceinline__ void acc_to_a(const float* acc, int s, u32* a) {
@@ -488,31 +491,32 @@ __device__ __forceinline__ void acc_to_a_hilo(const float* acc, int s, float sig
     for (int i = 0; i < 4; ++i) split_bf16(sign * acc[8 * s + 2 * i], sign * acc[8 * s + 2 * i + 1], hi[i], lo[i]);
 }
 
-template <bool LOADQ>
+template <int WGS, bool LOADQ>
 __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned char* slot, u32 bar,
                                               const unsigned char* rec, i64 start, int nvalid, int hq, int h, int v0,
                                               int tid, bool loadv) {
+    using Lay = WalkLayout<WGS>;
     const int H = p.num_q_heads, HV = p.num_v_heads;
     // (GDN_WG_NOREC / GDN_WG_NOKQV: timing ablations for the harness only — they skip loads, results are wrong)
 #ifndef GDN_WG_NOREC
     if (tid == 0) {
         if (LOADQ) {
             mbar_arrive_expect_tx(bar, WS_CHUNK_BYTES);
-            bulk_g2s(smem_addr(slot + W2_REC), rec, WS_CHUNK_BYTES, bar);
+            bulk_g2s(smem_addr(slot + Lay::REC), rec, WS_CHUNK_BYTES, bar);
         } else {  // a summary walk reads no P: the Tb tiles and the e-vectors only (v6; half the record's bytes)
             mbar_arrive_expect_tx(bar, 2 * WG_TILE + 4 * 4 * C);
-            bulk_g2s(smem_addr(slot + W2_REC), rec, 2 * WG_TILE, bar);
-            bulk_g2s(smem_addr(slot + W2_REC + WG_E), rec + WG_E, 4 * 4 * C, bar);
+            bulk_g2s(smem_addr(slot + Lay::REC), rec, 2 * WG_TILE, bar);
+            bulk_g2s(smem_addr(slot + Lay::REC + WG_E), rec + WG_E, 4 * 4 * C, bar);
         }
     }
 #else
     if (tid == 0) mbar_arrive_expect_tx(bar, 0);
 #endif
 #ifndef GDN_WG_NOKQV
-    const u32 kq = smem_addr(slot + W2_KQ);
+    const u32 kq = smem_addr(slot + Lay::KQ);
 #pragma unroll
-    for (int it = 0; it < (C * D / 8) / WALK_THREADS; ++it) {  // K and Q: 1024 pieces each
-        const int idx = it * WALK_THREADS + tid, r = idx >> 4, c = idx & 15;
+    for (int it = 0; it < (C * D / 8) / Lay::THREADS; ++it) {  // K and Q: 1024 pieces each
+        const int idx = it * Lay::THREADS + tid, r = idx >> 4, c = idx & 15;
         const bool ok = r < nvalid;
         const i64 off = ok ? ((start + r) * H + hq) * (i64)D + c * 8 : 0;
         const u32 panel = kq + (u32)(c >> 3) * (128 * 128);
@@ -522,10 +526,10 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
 #pragma unroll
     for (int it = 0; it < 4; ++it) {  // V: the CTA's WGS halves, 512 pieces each, 4 per thread
         if (!loadv) break;
-        const int idx = it * WALK_THREADS + tid, r = idx / (8 * WGS), pc = idx % (8 * WGS);
+        const int idx = it * Lay::THREADS + tid, r = idx / (8 * WGS), pc = idx % (8 * WGS);
         const bool ok = r < nvalid;
         const i64 off = ok ? ((start + r) * HV + h) * (i64)D + v0 + pc * 8 : 0;
-        cp_async16(smem_addr(slot + W2_V) + (u32)(pc >> 3) * (C * 128) + swz(r, pc & 7), p.v + off, ok);
+        cp_async16(smem_addr(slot + Lay::V) + (u32)(pc >> 3) * (C * 128) + swz(r, pc & 7), p.v + off, ok);
     }
 #endif
     cp_async_commit();
@@ -547,8 +551,9 @@ struct WalkJob {
 // SUMMARY = a context-parallel summary walk: only the state is carried (Z instead of [Z | Y], no Q, no output).
 // ZEROV = V taken as 0 (the transition walk: V not loaded, U = 0). Both compile-time: a branch inside a wgmma
 // window makes ptxas inject warpgroup.arrive.
-template <bool BF16STATE, bool SUMMARY, bool ZEROV = false>
+template <int WGS, bool BF16STATE, bool SUMMARY, bool ZEROV = false>
 __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const WalkJob& job) {
+    using Lay = WalkLayout<WGS>;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const int HV = p.num_v_heads;
@@ -597,8 +602,8 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
             S[4 * j + 3] = eye && r0 + 8 == k0 + 1 ? 1.f : 0.f;
         }
     }
-    __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(smem + W2_OS) + wg * (C * W2_LDO);
-    const u32 bar0 = smem_addr(smem + W2_BAR);
+    __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(smem + Lay::OS) + wg * (C * W2_LDO);
+    const u32 bar0 = smem_addr(smem + Lay::BAR);
     if (tid == 0) {
         mbar_init(bar0, 1);
         mbar_init(bar0 + 8, 1);
@@ -607,7 +612,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     __syncthreads();
     if (c1 > c0) {
         const i64 s0 = bos + (i64)c0 * C;
-        walk_wg_issue<!SUMMARY>(p, smem, bar0, rec0 + (i64)c0 * rec_stride, s0, eos - s0 < C ? (int)(eos - s0) : C, hq, h,
+        walk_wg_issue<WGS, !SUMMARY>(p, smem, bar0, rec0 + (i64)c0 * rec_stride, s0, eos - s0 < C ? (int)(eos - s0) : C, hq, h,
                                 vload, tid, loadv);
     }
     // Vᵀ A fragments by ldmatrix.trans: lanes 8i..8i+7 address matrix i = (value rows +8·(i&1), tokens +8·(i>>1)).
@@ -616,7 +621,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     const u32 os_lane = smem_addr(os) + (u32)(((8 * (lane >> 4) + (lane & 7)) * W2_LDO + 16 * w + 8 * ((lane >> 3) & 1)) * 2);
     for (int c = c0; c < c1; ++c) {
         const int lc = c - c0;  // local chunk: slot lc & 1, mbarrier phase (lc >> 1) & 1
-        unsigned char* slot = smem + (lc & 1) * W2_SLOT;
+        unsigned char* slot = smem + (lc & 1) * Lay::SLOT;
         const i64 cstart = bos + (i64)c * C;
         cp_async_wait<0>();
         fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
@@ -624,13 +629,13 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)
         if (c + 1 < c1) {
             const i64 ns = cstart + C;
-            walk_wg_issue<!SUMMARY>(p, smem + ((lc + 1) & 1) * W2_SLOT, bar0 + 8 * ((lc + 1) & 1),
+            walk_wg_issue<WGS, !SUMMARY>(p, smem + ((lc + 1) & 1) * Lay::SLOT, bar0 + 8 * ((lc + 1) & 1),
                                     rec0 + (i64)(c + 1) * rec_stride, ns, eos - ns < C ? (int)(eos - ns) : C, hq, h, vload,
                                     tid, loadv);
         }
-        const u32 kq = smem_addr(slot + W2_KQ), vs = smem_addr(slot + W2_V) + (u32)(wg * C * 128),
-                  rs = smem_addr(slot + W2_REC);
-        const float* egq = reinterpret_cast<const float*>(slot + W2_REC + WG_E);
+        const u32 kq = smem_addr(slot + Lay::KQ), vs = smem_addr(slot + Lay::V) + (u32)(wg * C * 128),
+                  rs = smem_addr(slot + Lay::REC);
+        const float* egq = reinterpret_cast<const float*>(slot + Lay::REC + WG_E);
         const float* ec = egq + C;
         const float egc = ec[C];
         const float* eg = egq + 3 * C;
@@ -775,9 +780,9 @@ template <bool BF16STATE>
 __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
     const int HV = p.num_v_heads;
     WalkJob j;
-    j.vh = blockIdx.x % WALK_CTAS_PER_HEAD;
-    j.h = (blockIdx.x / WALK_CTAS_PER_HEAD) % HV;
-    j.seq = (i64)(blockIdx.x / WALK_CTAS_PER_HEAD) / HV;
+    j.vh = blockIdx.x & 1;
+    j.h = (blockIdx.x >> 1) % HV;
+    j.seq = (i64)(blockIdx.x >> 1) / HV;
     j.bos = p.cu_seqlens[j.seq];
     j.eos = p.cu_seqlens[j.seq + 1];
     const i64 len = j.eos > j.bos ? j.eos - j.bos : 0;
@@ -787,7 +792,7 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
     j.end = END_STATE;
     j.init_ws = nullptr;
     j.end_ws = nullptr;
-    walk_wg_body<BF16STATE, false>(p, j);
+    walk_wg_body<1, BF16STATE, false>(p, j);
 }
 
 // ================================================================== context parallelism (long sequences, few heads)
@@ -864,11 +869,12 @@ __device__ __forceinline__ WalkJob segment_job(const SegPos& sp, int h, int vh, 
     return j;
 }
 
-template <bool BF16STATE>
+template <int WGS, bool BF16STATE>
 __device__ __forceinline__ void cp_pass1(const Prefill64Params& p) {
+    constexpr int CPH = WalkLayout<WGS>::CTAS_PER_HEAD;
     SegPos sp;
     if (!find_segment(p, blockIdx.x, sp)) return;
-    const int h = blockIdx.y, vh = blockIdx.z % WALK_CTAS_PER_HEAD, role = blockIdx.z / WALK_CTAS_PER_HEAD;
+    const int h = blockIdx.y, vh = blockIdx.z % CPH, role = blockIdx.z / CPH;
     WalkJob j = segment_job(sp, h, vh, p.seg_chunks);
     if (sp.s == 0) {
         if (role != 0) return;
@@ -879,30 +885,30 @@ __device__ __forceinline__ void cp_pass1(const Prefill64Params& p) {
             j.end = END_WS;
             j.end_ws = cp_ws(p, 0, sp.first + 1, h);
         }
-        walk_wg_body<BF16STATE, false>(p, j);
+        walk_wg_body<WGS, BF16STATE, false>(p, j);
     } else if (sp.s < sp.nseg - 1) {
         j.end = END_WS;
         if (role == 0) {
             j.end_ws = cp_ws(p, 2, blockIdx.x, h);
-            walk_wg_body<BF16STATE, true>(p, j);
+            walk_wg_body<WGS, BF16STATE, true>(p, j);
         } else {
             j.init = INIT_IDENTITY;
             j.end_ws = cp_ws(p, 1, blockIdx.x, h);
-            walk_wg_body<BF16STATE, true, true>(p, j);
+            walk_wg_body<WGS, BF16STATE, true, true>(p, j);
         }
     }
 }
 
-template <bool BF16STATE>
+template <int WGS, bool BF16STATE>
 __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
     SegPos sp;
     if (!find_segment(p, blockIdx.x, sp) || sp.s == 0) return;
     const int h = blockIdx.y;
-    WalkJob j = segment_job(sp, h, blockIdx.z % WALK_CTAS_PER_HEAD, p.seg_chunks);
+    WalkJob j = segment_job(sp, h, blockIdx.z % WalkLayout<WGS>::CTAS_PER_HEAD, p.seg_chunks);
     j.init = INIT_WS;
     j.init_ws = cp_ws(p, 0, blockIdx.x, h);
     j.end = sp.s == sp.nseg - 1 ? END_STATE : END_NONE;
-    walk_wg_body<BF16STATE, false>(p, j);
+    walk_wg_body<WGS, BF16STATE, false>(p, j);
 }
 
 // One CTA per (sequence, value head, ROWS value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1] rows. ROWS = 16
@@ -1075,17 +1081,17 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 extern "C" __global__ void __launch_bounds__(128) gdn_prefill64_prep(const Prefill64Params p) {
     gdn_prefill64::prep_body(p);
 }
-extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_walk_f32(const Prefill64Params p) {
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_f32(const Prefill64Params p) {
     gdn_prefill64::walk_plain<false>(p);
 }
-extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_walk_bf16(const Prefill64Params p) {
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_bf16(const Prefill64Params p) {
     gdn_prefill64::walk_plain<true>(p);
 }
-extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_cp_pass1_f32(const Prefill64Params p) {
-    gdn_prefill64::cp_pass1<false>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_f32(const Prefill64Params p) {
+    gdn_prefill64::cp_pass1<1, false>(p);
 }
-extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_cp_pass1_bf16(const Prefill64Params p) {
-    gdn_prefill64::cp_pass1<true>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_bf16(const Prefill64Params p) {
+    gdn_prefill64::cp_pass1<1, true>(p);
 }
 extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(const Prefill64Params p) {
     gdn_prefill64::cp_scan<16>(p);
@@ -1093,9 +1099,26 @@ extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(const Pr
 extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan8(const Prefill64Params p) {
     gdn_prefill64::cp_scan<8>(p);
 }
-extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_cp_pass3_f32(const Prefill64Params p) {
-    gdn_prefill64::cp_pass3<false>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_f32(const Prefill64Params p) {
+    gdn_prefill64::cp_pass3<1, false>(p);
 }
-extern "C" __global__ void __launch_bounds__(gdn_prefill64::WALK_THREADS, 1) gdn_prefill64_cp_pass3_bf16(const Prefill64Params p) {
-    gdn_prefill64::cp_pass3<true>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_bf16(const Prefill64Params p) {
+    gdn_prefill64::cp_pass3<1, true>(p);
 }
+// The two-warpgroup cp passes (grid (G, HV, 2) / (G, HV, 1), block 256, smem WALK2_SMEM): compiled only with
+// -DGDN_CP_WGS2 (the harness), until policy.rs and the cost model choose between the two forms — four more large
+// kernels would lengthen every runtime NVRTC compile for nothing.
+#ifdef GDN_CP_WGS2
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_f32(const Prefill64Params p) {
+    gdn_prefill64::cp_pass1<2, false>(p);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_bf16(const Prefill64Params p) {
+    gdn_prefill64::cp_pass1<2, true>(p);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass3w_f32(const Prefill64Params p) {
+    gdn_prefill64::cp_pass3<2, false>(p);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass3w_bf16(const Prefill64Params p) {
+    gdn_prefill64::cp_pass3<2, true>(p);
+}
+#endif

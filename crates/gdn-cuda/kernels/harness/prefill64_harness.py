@@ -62,25 +62,24 @@ def save():
 class Module64:
     def __init__(self, defines=(), selftest=False, src_path=None):
         src = open(src_path or os.path.join(ph.KDIR, "prefill64.cu")).read()
-        # pseudo-define SCAN8: the cp plan's scan with 8 value rows per CTA (gdn_prefill64_cp_scan8, grid N·HV·16)
+        # pseudo-define SCAN8: the cp plan's scan with 8 value rows per CTA (gdn_prefill64_cp_scan8, grid N·HV·16);
+        # WGS2: the cp passes with two warpgroups per CTA (gdn_prefill64_cp_pass{1,3}w_*, one CTA per head)
         self.scan8 = "SCAN8" in defines
-        defines = tuple(d for d in defines if d != "SCAN8")
+        self.wgs = 2 if "WGS2" in defines else 1
+        defines = tuple(d for d in defines if d not in ("SCAN8", "WGS2"))
         # layout constants from the source (an A/B baseline from git may differ): record bytes, walk smem
         self.ws_chunk = int(re.search(r"WS_CHUNK_BYTES == (\d+)", src).group(1))
-        ws = re.search(r"WALK_SMEM == (?:\(WGS == 2 \? (\d+) : )?(\d+)", src)
+        ws = re.search(r"WALK_SMEM == (\d+)", src)
+        self.walk_smem = int(ws.group(1))
+        w2 = re.search(r"WALK2_SMEM == (\d+)", src)
+        self.walk2_smem = int(w2.group(1)) if w2 else None
         self.prep_smem = int(re.search(r"PREP_SMEM == (\d+)", src).group(1))
-        # warpgroups per walk CTA (v6: 2, one per value half; older sources: 1), -DGDN_WALK_WGS=n overrides
-        m = re.search(r"#define GDN_WALK_WGS (\d)", src)
-        self.wgs = int(m.group(1)) if m else 1
-        for d in defines:
-            if d.startswith("GDN_WALK_WGS="):
-                self.wgs = int(d.split("=")[1])
-        self.walk_smem = int(ws.group(1) if self.wgs == 2 else ws.group(2))
         self.prep_linear = "blockIdx.x % (unsigned)HV" in src
         if selftest:
             src += ('\nextern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_selftest(const __nv_bfloat16* A, '
                     'const __nv_bfloat16* B, float* D1, float* D2, float* D3) { gdn_prefill64::wg_selftest(A, B, D1, D2, D3); }\n')
-        opts = [b"-arch=sm_90a", b"-std=c++17", b"-lineinfo"] + [f"-D{d}".encode() for d in defines] + \
+        # GDN_CP_WGS2: also build the two-warpgroup cp passes (the runtime's compile leaves them out)
+        opts = [b"-arch=sm_90a", b"-std=c++17", b"-lineinfo", b"-DGDN_CP_WGS2"] + [f"-D{d}".encode() for d in defines] + \
             [f"-I{d}".encode() for d in ph.include_dirs()]
         t = time.time()
         prog = ph._ok(nvrtc.nvrtcCreateProgram(src.encode(), b"prefill64.cu", 0, [], []), "create")
@@ -103,7 +102,9 @@ class Module64:
         names = [("gdn_prefill64_prep", self.prep_smem), ("gdn_prefill64_walk_f32", WS),
                  ("gdn_prefill64_walk_bf16", WS), ("gdn_prefill64_cp_scan", SCAN_SMEM)] + \
             [(f"gdn_prefill64_cp_pass{i}_{st}", WS) for i in (1, 3) for st in ("f32", "bf16")] + \
-            ([("gdn_prefill64_cp_scan8", SCAN_SMEM)] if "gdn_prefill64_cp_scan8" in src else [])
+            ([("gdn_prefill64_cp_scan8", SCAN_SMEM)] if "gdn_prefill64_cp_scan8" in src else []) + \
+            ([(f"gdn_prefill64_cp_pass{i}w_{st}", self.walk2_smem) for i in (1, 3) for st in ("f32", "bf16")]
+             if self.walk2_smem else [])
         if selftest:
             names.append(("gdn_wgmma_selftest", 64 * 1024))
         for name, sm in names:
@@ -117,8 +118,11 @@ class Module64:
         self.ws = None
 
     def launch(self, st, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state, ws_poison=False,
-               cp_L=0):
-        """cp_L = 0: prep + plain walk; cp_L = L >= 1: prep + context-parallel pass 1, scan, pass 3."""
+               cp_L=0, wgs=None, scan8=None):
+        """cp_L = 0: prep + plain walk; cp_L = L >= 1: prep + context-parallel pass 1, scan, pass 3 (wgs: warpgroups
+        per cp walk CTA, default the module's)."""
+        wgs = wgs or self.wgs
+        scan8 = self.scan8 if scan8 is None else scan8
         N = cu_seqlens.numel() - 1
         T, H, HV = q.shape[0], q.shape[1], v.shape[1]
         slots = T // C + N + 1
@@ -145,29 +149,30 @@ class Module64:
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"prep launch: {err}")
         if cp_L:
-            cph, wt = 2 // self.wgs, 128 * self.wgs
-            for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1_{st}", (G, HV, 2 * cph), wt, self.walk_smem),
+            cph, wt, w = 2 // wgs, 128 * wgs, "w" if wgs == 2 else ""
+            wsm = self.walk2_smem if wgs == 2 else self.walk_smem
+            for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1{w}_{st}", (G, HV, 2 * cph), wt, wsm),
                                           ("gdn_prefill64_cp_scan8", (N * HV * 16, 1, 1), 256, SCAN_SMEM)
-                                          if self.scan8 else ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, SCAN_SMEM),
-                                          (f"gdn_prefill64_cp_pass3_{st}", (G, HV, cph), wt, self.walk_smem)):
+                                          if scan8 else ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, SCAN_SMEM),
+                                          (f"gdn_prefill64_cp_pass3{w}_{st}", (G, HV, cph), wt, wsm)):
                 err, = cu.cuLaunchKernel(self.fns[name], *grid, block, 1, 1, sm, stream, ctypes.addressof(argv), 0)
                 if err != cu.CUresult.CUDA_SUCCESS:
                     raise RuntimeError(f"{name} launch: {err}")
             return
-        err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * 2 // self.wgs, 1, 1, 128 * self.wgs, 1, 1,
+        err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * 2, 1, 1, 128, 1, 1,
                                  self.walk_smem, stream, ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"walk launch: {err}")
 
 
-def run64(mod, st, inp, poison_ws=True, cp_L=0):
+def run64(mod, st, inp, poison_ws=True, cp_L=0, wgs=None):
     q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
     T, HV, N = q.shape[0], v.shape[1], cu_.numel() - 1
     sd = torch.bfloat16 if st == "bf16" else torch.float32
     out = torch.full((T, HV, 128), float("nan"), dtype=torch.bfloat16, device=dev)
     ns = torch.full((N, HV, 128, 128), float("nan"), dtype=sd, device=dev)
     stt = state.to(sd) if state is not None else None
-    mod.launch(st, q, k, v, stt, A_log, a, dt_bias, b, cu_, scale, out, ns, ws_poison=poison_ws, cp_L=cp_L)
+    mod.launch(st, q, k, v, stt, A_log, a, dt_bias, b, cu_, scale, out, ns, ws_poison=poison_ws, cp_L=cp_L, wgs=wgs)
     torch.cuda.synchronize()
     return out, ns
 
@@ -191,18 +196,20 @@ def check(mod):
         try:
             inp = ph.make_inputs(lens, H, HV, seed=hash(name) % 1000, state=stp, gates=gates)
             ro, rs = ph.reference(*inp)
-            runs = [(st, 0) for st in ("f32", "bf16")] + [("f32", 1), ("f32", 2), ("bf16", 3)]
-            for st, L in runs:
+            runs = [(st, 0, 1) for st in ("f32", "bf16")] + [("f32", 1, 1), ("f32", 2, 1), ("bf16", 3, 1)]
+            if mod.walk2_smem:  # the cp passes with two warpgroups per CTA
+                runs += [("f32", 1, 2), ("bf16", 3, 2)]
+            for st, L, wgs in runs:
                 if st == "bf16" and not name.startswith(("edge 4/8 state", "mixed57", "long")):
                     continue
-                o, ns = run64(mod, st, inp, cp_L=L)
+                o, ns = run64(mod, st, inp, cp_L=L, wgs=wgs)
                 if st == "bf16" and inp[3] is not None:
                     inp2 = list(inp)
                     inp2[3] = inp2[3].bfloat16().float()
                     ro2, rs2 = ph.reference(*inp2)
                 else:
                     ro2, rs2 = ro, rs
-                vname = st + (f" cp L={L}" if L else "")
+                vname = st + (f" cp{'w' if wgs == 2 else ''} L={L}" if L else "")
                 row = {"case": name, "variant": vname, "out": ph.compare(o, ro2), "state": ph.compare(ns, rs2)}
                 RES["checks"].append(row)
                 ok = row["out"]["n_fail_tol"] == 0 and row["state"]["n_fail_tol"] == 0
@@ -225,13 +232,21 @@ def check(mod):
         o2, n2 = run64(mod, "f32", inp, poison_ws=False)
         RES["checks"].append({"case": "determinism", "equal": bool(torch.equal(o, o2) and torch.equal(ns, n2))})
         log("determinism", RES["checks"][-1])
-        for L in (16, 51):  # context parallel: 16 and 6 segments of the 256 chunks, compared at intervals
-            o3, n3 = run64(mod, "f32", inp, cp_L=L)
-            row = {"case": "long16k slow", "variant": f"f32 cp L={L}", "out": ph.compare(o3, ro),
+        first = {}
+        # context parallel: 16 and 6 segments of the 256 chunks (and 16 with two warpgroups per CTA), compared at
+        # intervals; the two-warpgroup passes must equal the one-warpgroup ones bitwise
+        for L, wgs in ((16, 1), (51, 1)) + (((16, 2),) if mod.walk2_smem else ()):
+            o3, n3 = run64(mod, "f32", inp, cp_L=L, wgs=wgs)
+            if L in first:
+                RES["checks"].append({"case": f"cp L={L} two warpgroups bitwise", "equal": bool(
+                    torch.equal(o3, first[L][0]) and torch.equal(n3, first[L][1]))})
+                log("determinism", RES["checks"][-1])
+            first[L] = (o3, n3)
+            row = {"case": "long16k slow", "variant": f"f32 cp{'w' if wgs == 2 else ''} L={L}", "out": ph.compare(o3, ro),
                    "out_last1k": ph.compare(o3[-1024:], ro[-1024:]), "state": ph.compare(n3, rs),
                    "out_by_4k": [ph.compare(o3[i:i + 4096], ro[i:i + 4096])["rel_l2"] for i in range(0, 16384, 4096)]}
             RES["checks"].append(row)
-            log(f"check64 long16k cp L={L} out {row['out']['rel_l2']:.2e} last1k {row['out_last1k']['rel_l2']:.2e} "
+            log(f"check64 long16k cp{'w' if wgs == 2 else ''} L={L} out {row['out']['rel_l2']:.2e} last1k {row['out_last1k']['rel_l2']:.2e} "
                 f"state {row['state']['rel_l2']:.2e} by 4k {['%.2e' % x for x in row['out_by_4k']]} "
                 f"fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']}")
             o4, n4 = run64(mod, "f32", inp, poison_ws=False, cp_L=L)
@@ -435,18 +450,23 @@ def mixlong(mod, v5):
             q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
             prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
             row["chunk64"] = statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)])
-            for G in (2, 3, 4, 6, 9, 12, 16):
-                L = cp_L_max(lens, G)
-                prep, wk, parts = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out,
-                                                           ns, cp_L=L), 15)
-                row[f"cp_G{G}"] = {"L": L, "median_us": statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)]),
-                                   "prep": statistics.median(prep),
-                                   **{k_: statistics.median(v_) for k_, v_ in parts.items()}}
+            s8 = len(lens) * 8 * 16 <= 132  # the scan policy.rs picks
+            # cp with one warpgroup per walk CTA (cp_G*) and with two (cp2_G*: one CTA per head, twice the segments)
+            for wgs, key, gs in ((1, "cp", (2, 3, 4, 6, 9, 12, 16)), (2, "cp2", (3, 4, 6, 9, 12, 16, 24, 32))):
+                if wgs == 2 and not mod.walk2_smem:
+                    continue
+                for G in gs:
+                    L = cp_L_max(lens, G)
+                    prep, wk, parts = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale,
+                                                               out, ns, cp_L=L, wgs=wgs, scan8=s8), 15)
+                    row[f"{key}_G{G}"] = {"L": L, "median_us": statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)]),
+                                          "prep": statistics.median(prep),
+                                          **{k_: statistics.median(v_) for k_, v_ in parts.items()}}
             RES["timings"].append(row)
-            best_cp = min((k_ for k_ in row if k_.startswith("cp_G")), key=lambda k_: row[k_]["median_us"])
+            best_cp = min((k_ for k_ in row if k_.startswith(("cp_G", "cp2_G"))), key=lambda k_: row[k_]["median_us"])
             log(f"mixlong {name:<22} max {max(lens):<5} " + " ".join(f"bv{bv} {row[f'fused_bv{bv}']:.1f}" for bv in (16, 32, 64, 128))
-                + f" chunk64 {row['chunk64']:.1f} " + " ".join(f"G{k_[4:]}/L{row[k_]['L']} {row[k_]['median_us']:.1f}"
-                                                               for k_ in row if k_.startswith("cp_G"))
+                + f" chunk64 {row['chunk64']:.1f} " + " ".join(f"{k_}/L{row[k_]['L']} {row[k_]['median_us']:.1f}"
+                                                               for k_ in row if k_.startswith(("cp_G", "cp2_G")))
                 + f"  best cp {best_cp}")
         except Exception:
             RES["errors"].append(f"mixlong {name}: " + traceback.format_exc()[-2000:])
