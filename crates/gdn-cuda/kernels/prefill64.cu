@@ -1,6 +1,6 @@
 // prefill64.cu — Gated Delta Net chunked varlen prefill on Hopper (sm_90a), the "chunk64" plan: chunks of 64
-// tokens, a fully parallel preparation kernel (wgmma + mma.sync) and a state walker on warpgroup MMA (wgmma; bf16 operands,
-// fp32 accumulation, fp32 state).
+// tokens, a fully parallel preparation kernel (wgmma + mma.sync) and a state walker on warpgroup MMA (wgmma; bf16
+// operands, fp32 accumulation, fp32 state).
 //
 // Compiled at run time by NVRTC (options: -arch=sm_90a -std=c++17 -I<cuda include> -I<this folder>); no system
 // headers. Companion of prefill.cu (the one-launch fused kernel).
@@ -8,12 +8,13 @@
 // STATUS (H200, results/prefill64.md): correct (every harness and `gdn check` row, numerics better than prefill.cu
 // v5). The plain walk is slower than prefill.cu v5 in every ANCHORS configuration, so the runtime picks it only
 // where the fused kernels cannot run (an odd number of value heads) or when forced; the context-parallel kernels
-// (end of file) are the automatic plan for few long sequences (1x65536 894 us vs v5 2622; v5 of this file, session
-// 11: 838, 1x8192 158.5 — results/prefill64_s11.md). The walk: one warpgroup per SM issues ~1,300 instructions per
-// warp per 64-token chunk (hi/lo splits, fragment packing, loads, output staging) at ~3.2 cycles each around its 44
-// wgmma, whose tensor time is < half the chunk's; with two CTAs per SM the rate rises only ~10%, the workspace
-// record traffic (written by prep, read by every walk CTA) being the other limit. The prep (v6, session 12: wgmma
-// products, tensor-core inverse) costs ~3.3 us of SM time per (chunk, head), ~60% of it the record's bytes.
+// (end of file) are the automatic plan for few long sequences (1x65536 894 us vs v5 2622; session 11: 838, 1x8192
+// 158.5 — results/prefill64_s11.md; v6, session 12: 787 / 148 — results/prefill64_s12.md). The walk: one
+// warpgroup per SM issues ~1,300 instructions per warp per 64-token chunk (hi/lo splits, fragment packing, loads,
+// output staging) at ~3.2 cycles each around its 44 wgmma, whose tensor time is < half the chunk's; two warpgroups
+// per CTA (one per value half, sharing the chunk's loads: WalkLayout<2>) walk 128 rows in 3.2 us, 1.43x the rate
+// per SM, built for the harness only until the policy plans it. The prep (v6: wgmma products, tensor-core inverse)
+// costs ~3.3 us of SM time per (chunk, head), ~60% of it the workspace record's bytes.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -612,8 +613,8 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     __syncthreads();
     if (c1 > c0) {
         const i64 s0 = bos + (i64)c0 * C;
-        walk_wg_issue<WGS, !SUMMARY>(p, smem, bar0, rec0 + (i64)c0 * rec_stride, s0, eos - s0 < C ? (int)(eos - s0) : C, hq, h,
-                                vload, tid, loadv);
+        walk_wg_issue<WGS, !SUMMARY>(p, smem, bar0, rec0 + (i64)c0 * rec_stride, s0,
+                                     eos - s0 < C ? (int)(eos - s0) : C, hq, h, vload, tid, loadv);
     }
     // Vᵀ A fragments by ldmatrix.trans: lanes 8i..8i+7 address matrix i = (value rows +8·(i&1), tokens +8·(i>>1)).
     const int vt_row = (lane & 7) + 8 * (lane >> 4), vt_piece = 2 * w + ((lane >> 3) & 1);
@@ -630,8 +631,8 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         if (c + 1 < c1) {
             const i64 ns = cstart + C;
             walk_wg_issue<WGS, !SUMMARY>(p, smem + ((lc + 1) & 1) * Lay::SLOT, bar0 + 8 * ((lc + 1) & 1),
-                                    rec0 + (i64)(c + 1) * rec_stride, ns, eos - ns < C ? (int)(eos - ns) : C, hq, h, vload,
-                                    tid, loadv);
+                                         rec0 + (i64)(c + 1) * rec_stride, ns, eos - ns < C ? (int)(eos - ns) : C, hq,
+                                         h, vload, tid, loadv);
         }
         const u32 kq = smem_addr(slot + Lay::KQ), vs = smem_addr(slot + Lay::V) + (u32)(wg * C * 128),
                   rs = smem_addr(slot + Lay::REC);
