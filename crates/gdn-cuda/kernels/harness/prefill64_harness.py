@@ -8,7 +8,8 @@ CONFIGS=1x1024,... limits `time`; `mixlong`: every plan on the contest-like mix'
 MIX_BUILDS=1+GDN_MINB=4,2: also modules with -DGDN_NP=n and defines, e.g. the occupancy experiments);
 `contest_mix.json` = the lengths of gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0), the seed `gdn bench` uses;
 `cpab`: A/B of builds on the chunk64 and cp plans — AB_BUILDS="alt;base;base,SCAN8" (';' between builds, ',' between
-defines; `alt` compiles ALT_SRC, e.g. the previous commit's prefill64.cu; SCAN8 selects the 8-row scan), CP_GS segment
+defines; `alt` compiles ALT_SRC, e.g. the previous commit's prefill64.cu; SCAN8 selects the 8-row scan, WGS2 the
+two-warpgroup cp passes), CP_GS segment
 counts, CONFIGS; MOD_DEFS=... sets the module `check` and `time` use.)
 Reuses prefill_harness.py (inputs, float64 reference, comparison, bench inputs) and times prefill.cu's
 policy variant beside it in the same process. Kernel time = CUPTI (torch.profiler) sum of both kernels per call,
@@ -249,8 +250,8 @@ def check(mod):
             log(f"check64 long16k cp{'w' if wgs == 2 else ''} L={L} out {row['out']['rel_l2']:.2e} last1k {row['out_last1k']['rel_l2']:.2e} "
                 f"state {row['state']['rel_l2']:.2e} by 4k {['%.2e' % x for x in row['out_by_4k']]} "
                 f"fails {row['out']['n_fail_tol']}/{row['state']['n_fail_tol']}")
-            o4, n4 = run64(mod, "f32", inp, poison_ws=False, cp_L=L)
-            RES["checks"].append({"case": f"determinism cp L={L}", "equal": bool(torch.equal(o3, o4) and torch.equal(n3, n4))})
+            o4, n4 = run64(mod, "f32", inp, poison_ws=False, cp_L=L, wgs=wgs)
+            RES["checks"].append({"case": f"determinism cp{'w' if wgs == 2 else ''} L={L}", "equal": bool(torch.equal(o3, o4) and torch.equal(n3, n4))})
             log("determinism", RES["checks"][-1])
     except Exception:
         RES["errors"].append("long: " + traceback.format_exc()[-2000:])
