@@ -54,6 +54,7 @@ impl Engine {
                     Some(PlanKind::Fused),
                     Some(PlanKind::Chunk64),
                     Some(PlanKind::ContextParallel),
+                    Some(PlanKind::ContextParallelWide),
                 ]
             }
             _ => vec![None],

@@ -457,8 +457,7 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
 // other's register work. Bitwise the same results. H200: a 2-warpgroup CTA walks a chunk in 3.2 us where a
 // 1-warpgroup CTA takes 2.3 us for half the rows — it wins where the grid is throughput-bound (1x65536 cp at G = 17:
 // 695 vs 780 us at the 1-warpgroup best G = 9; 2x16384: 362 vs 385) and loses where it is latency-bound (1x8192,
-// 4x2048). The 2-warpgroup cp passes (…_cp_pass{1,3}w_*) are built for the harness only (GDN_CP_WGS2) until the
-// policy and cost model choose between the forms (results/prefill64_s12.md).
+// 4x2048). The cost model (cost.rs) knows both forms; the policy picks the cheaper (results/prefill64_s13.md).
 // Shared memory per CTA: two slots [K/Q panels | WGS V panels | record], WGS output staging tiles, two mbarriers.
 constexpr int W2_LDO = 72;  // output staging row stride (bf16)
 template <int WGS>
@@ -1076,9 +1075,16 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 //   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (139264); or
 //   gdn_prefill64_cp_scan8            grid (N·HV·16, 1, 1), block 256, smem SCAN_SMEM (8 value rows per CTA)
 //   gdn_prefill64_cp_pass3_{f32,bf16} grid (G, HV, 2), block 128, smem WALK_SMEM
+// or, with two warpgroups per walk CTA (one CTA per head; compiled only with -DGDN_PREFILL64_WIDE, see below):
+//   gdn_prefill64_cp_pass1w_{f32,bf16} grid (G, HV, 2), block 256, smem WALK2_SMEM (185360)
+//   gdn_prefill64_cp_pass3w_{f32,bf16} grid (G, HV, 1), block 256, smem WALK2_SMEM
 // workspace: the records above + 3 · G · HV · 65536 bytes.
-// Both smem sizes exceed 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+// Every smem size exceeds 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+// Two compilation units come from this file: without GDN_PREFILL64_WIDE the prep, walks, one-warpgroup cp passes
+// and scans; with it only the four two-warpgroup cp passes (they take as long to compile as the rest together, so
+// the runtime builds them — module "prefill64_wide" — only when a plan first needs them).
 // ---------------------------------------------------------------------------------------------------------
+#ifndef GDN_PREFILL64_WIDE
 extern "C" __global__ void __launch_bounds__(128) gdn_prefill64_prep(const Prefill64Params p) {
     gdn_prefill64::prep_body(p);
 }
@@ -1106,10 +1112,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_f32(
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_bf16(const Prefill64Params p) {
     gdn_prefill64::cp_pass3<1, true>(p);
 }
-// The two-warpgroup cp passes (grid (G, HV, 2) / (G, HV, 1), block 256, smem WALK2_SMEM): compiled only with
-// -DGDN_CP_WGS2 (the harness), until policy.rs and the cost model choose between the two forms — four more large
-// kernels would lengthen every runtime NVRTC compile for nothing.
-#ifdef GDN_CP_WGS2
+#else  // GDN_PREFILL64_WIDE: the two-warpgroup cp passes
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_f32(const Prefill64Params p) {
     gdn_prefill64::cp_pass1<2, false>(p);
 }

@@ -11,40 +11,86 @@
 //! batch of 44 sequences whose longest has 5,637 tokens: 433 µs where the narrowest tile takes 306 and
 //! context parallelism 235 (results/prefill_plans.md).
 //!
-//! Calibration: H200 (132 SMs), CUPTI kernel time with the L2 flushed, fp32 state, qk4_v8, 2026-11-21:
-//! single sequences for the per-chunk costs, the 25 contest-mix workloads of ≥ 2048 tokens for the rest
-//! (results/prefill_plans.md has the table; `tests/cost.rs` replays it). Times scale with 132 / SMs.
+//! Calibration: H200 (132 SMs), CUPTI kernel time with the L2 flushed, fp32 state, qk4_v8, session 12's
+//! sweeps (2026-11-21): the 25 contest-mix workloads of ≥ 2048 tokens at every fused tile width and both cp walk
+//! forms at 7–8 segment lengths each (`prefill64_harness.py mixlong`, results/2026-11-21-h200-s12-mixlong.json),
+//! and single sequences of 2K–64K tokens (results/prefill64_s12.md); fitted on log error per part
+//! (results/prefill64_s13.md). `tests/cost.rs` replays the mix table. Times scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
 //!   fused = max(chain, work),  chain = ceil(longest/16)·chunk_us + FUSED_CTA_US,
 //!   work = ((T/16 + N/2)·chunk_us + N·FUSED_CTA_US) · HV·128/BV / SMs          (N/2: partial last chunks)
 //! Context-parallel plan (`prefill64.cu`; see `policy`): G segments of L chunks cut the longest sequence;
-//! `long` = min(N, T / longest) sequences are taken to be that long, the rest short (one segment each):
+//! `long` = min(N, T / longest) sequences are taken to be that long, the rest short (one segment each). The
+//! walks come in two forms (`WALK_FORMS`): one warpgroup per CTA (a 64-row value half, `cph` = 2 CTAs per
+//! head) or two (a whole head, `cph` = 1), each with its own per-chunk and per-CTA costs (W, S, C, C3):
 //!   prep  = PREP_FIXED_US + PREP_CHUNK_SM_US · HV·(T/64 + N/2) / SMs
-//!   pass1 = max(L·WALK + WALK_CTA, [chains·(L·WALK + WALK_CTA) + 2·chains·(G−2)·(L·SUMMARY + WALK_CTA)
-//!                                   + (short tokens/64 · WALK + short seqs · (WALK_CTA + WALK/2))·HV·2] / SMs)
-//!   scan  = SCAN_FIXED_US + SCAN_STEP_US·(G−2),   pass3 = max(L·WALK + PASS3_CTA, chains·(G−1)·(L·WALK + WALK_CTA) / SMs)
-//! with chains = long·HV·2. G = 1 is the chunk64 plan (prep + one walk, no scan, no pass 3).
+//!   pass1 = max(L·W + C, [chains·(L·W + C) + 2·chains·(G−2)·(L·S + C)
+//!                          + (short tokens/64 · W + short seqs · (C + W/2))·HV·cph] / SMs)
+//!   scan  = fixed + step·(G−2) + SCAN_WAVE_US · scan CTAs / SMs          (fixed, step: `SCAN_US` of the kernel)
+//!   pass3 = max(L·W + C3, chains·(G−1)·(L·W + C) / SMs)
+//! with chains = long·HV·cph. G = 1 is the chunk64 plan (prep + one one-warpgroup walk, no scan, no pass 3).
 
 use crate::policy::Shape;
+use crate::registry::prefill64;
 
-/// Fused plan: µs per 16-token chunk of one CTA, by tile width BV (single sequences of 4,380 tokens).
-pub const FUSED_CHUNK_US: [(u32, f64); 4] = [(16, 0.66), (32, 0.70), (64, 0.86), (128, 1.18)];
+/// Fused plan: µs per 16-token chunk of one CTA, by tile width BV (single sequences of 2,443 and 4,380 tokens
+/// and the mix's long workloads).
+pub const FUSED_CHUNK_US: [(u32, f64); 4] = [(16, 0.495), (32, 0.605), (64, 0.875), (128, 1.14)];
 /// Fused plan: fixed µs per CTA (launch, state in and out, pipeline fill).
-pub const FUSED_CTA_US: f64 = 5.0;
-/// chunk64 / cp walks: µs per 64-token chunk of a real walk and of a summary walk, fixed µs per walk CTA
-/// (state in, first loads, state out), and per pass-3 CTA (state from the workspace).
-pub const WALK_CHUNK_US: f64 = 2.3;
-pub const SUMMARY_CHUNK_US: f64 = 1.5;
-pub const WALK_CTA_US: f64 = 10.0;
-pub const PASS3_CTA_US: f64 = 6.0;
+pub const FUSED_CTA_US: f64 = 4.0;
+
+/// One form of the chunk64 / cp walks: warpgroups per walk CTA, and its costs.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct WalkForm {
+    /// 1: a CTA per 64-row value half (`gdn_prefill64_walk_*`, `…_cp_pass{1,3}_*`); 2: a CTA per head, a
+    /// warpgroup per half (`…_cp_pass{1,3}w_*`), sharing each chunk's loads.
+    pub warpgroups: u64,
+    /// µs per 64-token chunk of a real walk and of a summary walk (pass 1's middle segments).
+    pub walk_chunk_us: f64,
+    pub summary_chunk_us: f64,
+    /// Fixed µs per walk CTA (state in, first loads, state out), and per pass-3 CTA.
+    pub walk_cta_us: f64,
+    pub pass3_cta_us: f64,
+}
+
+impl WalkForm {
+    /// Walk CTAs per (sequence or segment, value head, role).
+    pub fn ctas_per_head(&self) -> u64 {
+        2 / self.warpgroups
+    }
+}
+
+/// The walk forms, one warpgroup first (the chunk64 plan's). Two warpgroups walk 128 rows in 3.5 µs per
+/// chunk where one takes 2.6 for 64: a throughput form, for grids that fill the GPU.
+pub const WALK_FORMS: [WalkForm; 2] = [
+    WalkForm {
+        warpgroups: 1,
+        walk_chunk_us: 2.6,
+        summary_chunk_us: 1.2,
+        walk_cta_us: 6.2,
+        pass3_cta_us: 2.0,
+    },
+    WalkForm {
+        warpgroups: 2,
+        walk_chunk_us: 3.5,
+        summary_chunk_us: 1.6,
+        walk_cta_us: 8.1,
+        pass3_cta_us: 8.2,
+    },
+];
 /// Prep: fixed µs, and SM·µs per (64-token chunk, value head).
-pub const PREP_FIXED_US: f64 = 12.5;
-pub const PREP_CHUNK_SM_US: f64 = 4.37;
-/// Scan: fixed µs, and µs per dependent step (one per segment after the second).
-pub const SCAN_FIXED_US: f64 = 2.0;
-pub const SCAN_STEP_US: f64 = 4.6;
+pub const PREP_FIXED_US: f64 = 7.0;
+pub const PREP_CHUNK_SM_US: f64 = 3.3;
+/// Scan, by kernel (its CTAs per (sequence, value head): 16 = `gdn_prefill64_cp_scan8`, 8 = `…_cp_scan`):
+/// fixed µs and µs per dependent step (one per segment after the second).
+pub const SCAN_US: [(u32, f64, f64); 2] = [
+    (prefill64::CP_SCAN8_CTAS, 1.6, 2.7),
+    (prefill64::CP_SCAN_CTAS, 0.8, 4.6),
+];
+/// Scan: µs per wave of scan CTAs (one per SM; most belong to short sequences and return at once).
+pub const SCAN_WAVE_US: f64 = 0.65;
 
 const FUSED_CHUNK: f64 = 16.0;
 const CHUNK64: f64 = 64.0;
@@ -103,16 +149,18 @@ pub struct CpEstimate {
     /// Segments the longest sequence is cut into (1: the chunk64 plan) and chunks per segment (L).
     pub segments: u64,
     pub seg_chunks: u64,
-    /// Walk chains of the long sequences: long·HV·2.
+    /// Warpgroups per walk CTA (`WalkForm::warpgroups`).
+    pub warpgroups: u64,
+    /// Walk chains of the long sequences: long·HV·(CTAs per head).
     pub chains: u64,
     pub us: f64,
     /// prep, pass 1 (the walk for chunk64), scan, pass 3.
     pub parts: [f64; 4],
 }
 
-/// Estimated µs of the cp plan that cuts the longest sequence into about `g` segments (L = ceil(chunks/g),
-/// then G = ceil(chunks/L)); `g` = 1 estimates the chunk64 plan.
-pub fn cp_us(s: &Shape, g: u64, sms: u64) -> CpEstimate {
+/// Estimated µs of the cp plan with walk form `form` that cuts the longest sequence into about `g` segments
+/// (L = ceil(chunks/g), then G = ceil(chunks/L)); `g` = 1 estimates the chunk64 plan (form: `WALK_FORMS[0]`).
+pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
     let l = Lengths::of(s);
     let nch = l.longest.div_ceil(CHUNK64 as u64).max(1);
     let seg_chunks = nch.div_ceil(g.max(1));
@@ -123,35 +171,52 @@ pub fn cp_us(s: &Shape, g: u64, sms: u64) -> CpEstimate {
         s.num_v_heads as f64,
         sms.max(1) as f64,
     );
-    let chains = l.long_seqs * s.num_v_heads as u64 * 2;
+    let cph = form.ctas_per_head();
+    let chains = l.long_seqs * s.num_v_heads as u64 * cph;
     let (ch, lf, gf) = (chains as f64, seg_chunks as f64, segments as f64);
+    let (w, cta) = (form.walk_chunk_us, form.walk_cta_us);
     let prep = PREP_FIXED_US + PREP_CHUNK_SM_US * hv * (t / CHUNK64 + n / 2.0) / smsf;
     let short_tokens = (l.tokens.saturating_sub(l.long_seqs * l.longest)) as f64;
     let short_seqs = (l.seqs - l.long_seqs) as f64;
-    let seg_walk = lf * WALK_CHUNK_US + WALK_CTA_US;
+    let seg_walk = lf * w + cta;
     let work1 = ch * seg_walk
-        + 2.0 * ch * (gf - 2.0).max(0.0) * (lf * SUMMARY_CHUNK_US + WALK_CTA_US)
-        + (short_tokens / CHUNK64 * WALK_CHUNK_US
-            + short_seqs * (WALK_CTA_US + WALK_CHUNK_US / 2.0))
-            * hv
-            * 2.0;
+        + 2.0 * ch * (gf - 2.0).max(0.0) * (lf * form.summary_chunk_us + cta)
+        + (short_tokens / CHUNK64 * w + short_seqs * (cta + w / 2.0)) * hv * cph as f64;
     let pass1 = seg_walk.max(work1 / smsf);
     let (scan, pass3) = if segments < 2 {
         (0.0, 0.0)
     } else {
+        let (scan_ctas, fixed, step) = scan_costs(s, sms);
         (
-            SCAN_FIXED_US + SCAN_STEP_US * (gf - 2.0).max(0.0),
-            (lf * WALK_CHUNK_US + PASS3_CTA_US).max(ch * (gf - 1.0) * seg_walk / smsf),
+            fixed + step * (gf - 2.0).max(0.0) + SCAN_WAVE_US * scan_ctas as f64 / smsf,
+            (lf * w + form.pass3_cta_us).max(ch * (gf - 1.0) * seg_walk / smsf),
         )
     };
     let parts = [prep, pass1, scan, pass3];
     CpEstimate {
         segments,
         seg_chunks,
+        warpgroups: form.warpgroups,
         chains,
         us: parts.iter().sum(),
         parts,
     }
+}
+
+/// The scan kernel the policy runs for `s` (`policy::cp_scan_kernel`): its CTAs, fixed µs, µs per step.
+fn scan_costs(s: &Shape, sms: u64) -> (u64, f64, f64) {
+    let per_head =
+        crate::policy::cp_scan_kernel(s, sms).map_or(prefill64::CP_SCAN_CTAS, |v| v.ctas_per_head);
+    let (_, fixed, step) = SCAN_US
+        .iter()
+        .copied()
+        .find(|x| x.0 == per_head)
+        .unwrap_or(SCAN_US[1]);
+    (
+        s.num_seqs as u64 * s.num_v_heads as u64 * per_head as u64,
+        fixed,
+        step,
+    )
 }
 
 /// Segment-count limits of the automatic cp plan: at least this many segments, at most `MAX_SEGMENTS`,
@@ -163,15 +228,34 @@ pub const MIN_SEGMENTS: u64 = 3;
 pub const MAX_SEGMENTS: u64 = 64;
 pub const MIN_SEG_CHUNKS: u64 = 4;
 
-/// The cheapest automatic cp plan for `s`, or `None` when no segment count meets the limits.
-pub fn best_cp(s: &Shape, sms: u64) -> Option<CpEstimate> {
-    (MIN_SEGMENTS..=MAX_SEGMENTS)
-        .map(|g| cp_us(s, g, sms))
-        .filter(|e| {
-            e.segments >= MIN_SEGMENTS
-                && e.seg_chunks >= MIN_SEG_CHUNKS
-                && e.chains * (e.segments - 1) <= sms
-                && e.chains * (2 * e.segments - 3) <= 2 * sms
+/// The cheapest automatic cp plan of each walk form for `s` (forms where no segment count meets the limits
+/// left out), cheapest first.
+pub fn cp_candidates(s: &Shape, sms: u64) -> Vec<CpEstimate> {
+    let mut out: Vec<CpEstimate> = WALK_FORMS
+        .iter()
+        .filter_map(|form| {
+            (MIN_SEGMENTS..=MAX_SEGMENTS)
+                .map(|g| cp_us(s, g, form, sms))
+                .filter(|e| {
+                    e.segments >= MIN_SEGMENTS
+                        && e.seg_chunks >= MIN_SEG_CHUNKS
+                        && e.chains * (e.segments - 1) <= sms
+                        && e.chains * (2 * e.segments - 3) <= 2 * sms
+                })
+                .min_by(|a, b| a.us.total_cmp(&b.us))
         })
-        .min_by(|a, b| a.us.total_cmp(&b.us))
+        .collect();
+    out.sort_by(|a, b| a.us.total_cmp(&b.us));
+    out
+}
+
+/// The cheapest automatic cp plan for `s` over both walk forms and every segment count, or `None` when no
+/// segment count meets the limits.
+pub fn best_cp(s: &Shape, sms: u64) -> Option<CpEstimate> {
+    cp_candidates(s, sms).into_iter().next()
+}
+
+/// The walk form with `warpgroups` warpgroups per CTA.
+pub fn walk_form(warpgroups: u64) -> Option<&'static WalkForm> {
+    WALK_FORMS.iter().find(|f| f.warpgroups == warpgroups)
 }

@@ -29,16 +29,18 @@
 //!     sequence into segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
 //!     transition and a zero-state summary of each middle segment; scan: the segments' start states, 8 value
 //!     rows per CTA when N·HV·16 CTAs fit one wave (`cp_scan_kernel`), else 16; pass 3: segments 1.. for
-//!     real). Picked when its best estimate (`cost::best_cp`: G segments of the longest sequence, 3 ≤ G ≤ 64,
-//!     segments ≥ 4 chunks, pass 3 in one wave of CTAs and pass 1 in at most two) beats the fused one: few
-//!     long sequences, or one long sequence among short ones when the caller gives its length. Nothing is
-//!     read on the host: without a hint the lengths are taken as equal; any L is correct for any lengths (the
-//!     hint only steers speed).
+//!     real). The passes' walk CTAs hold one warpgroup (a 64-row value half: `…_cp_pass{1,3}_*`) or two (a
+//!     whole head: `…_cp_pass{1,3}w_*`, plan kind **cp2**; more rows per SM, half the CTAs, so about twice
+//!     the segments for the same fill). Picked when its best estimate (`cost::best_cp`: either walk form, G
+//!     segments of the longest sequence, 3 ≤ G ≤ 64, segments ≥ 4 chunks, pass 3 in one wave of CTAs and
+//!     pass 1 in at most two) beats the fused one: few long sequences, or one long sequence among short ones
+//!     when the caller gives its length. Nothing is read on the host: without a hint the lengths are taken
+//!     as equal; any L is correct for any lengths (the hint only steers speed).
 //! * An override (`GDN_KERNEL=<name>`, passed in by the caller) picks a variant by name; it must be of the
 //!   right family and state dtype, and still passes every limit check. For prefill, naming a `gdn_prefill_*`
 //!   kernel forces the fused plan with that kernel; naming `gdn_prefill64_prep` or the walk of the call's
 //!   state dtype forces the chunk64 plan; naming a `gdn_prefill64_cp_*` kernel forces cp (segments by
-//!   `cp_forced_segments`).
+//!   `cp_forced_segments`), with two-warpgroup walks when the name is a `…_cp_pass{1,3}w_*` pass.
 //! * Grid limits: gridDim.x ≤ 2³¹−1, gridDim.y/z ≤ 65 535; dynamic shared memory ≤ the device's opt-in limit.
 
 use crate::cost;
@@ -335,11 +337,12 @@ fn avg_seq_chunks(s: &Shape) -> u64 {
         .max(1)
 }
 
-/// Segments per sequence of a *forced* cp plan: the largest G ≤ `CP_MAX_SEGMENTS` whose pass 3
-/// (`chains·(G−1)` CTAs) fits one wave and pass 1 (`chains·(2G−3)`) two, one CTA per SM, at least 3 (so
-/// that every pass has work) however short the sequences: `gdn check` uses it to run many segments.
-pub fn cp_forced_segments(s: &Shape, sms: u64) -> u64 {
-    let chains = (s.num_seqs as u64 * s.num_v_heads as u64 * 2).max(1);
+/// Segments per sequence of a *forced* cp plan with `warpgroups` warpgroups per walk CTA: the largest
+/// G ≤ `CP_MAX_SEGMENTS` whose pass 3 (`chains·(G−1)` CTAs, chains = N·HV·2/warpgroups) fits one wave and
+/// pass 1 (`chains·(2G−3)`) two, one CTA per SM, at least 3 (so that every pass has work) however short the
+/// sequences: `gdn check` uses it to run many segments.
+pub fn cp_forced_segments(s: &Shape, sms: u64, warpgroups: u64) -> u64 {
+    let chains = (s.num_seqs as u64 * s.num_v_heads as u64 * 2 / warpgroups.clamp(1, 2)).max(1);
     let mut g = 3;
     while g < CP_MAX_SEGMENTS && chains * g <= sms && chains * (2 * (g + 1) - 3) <= 2 * sms {
         g += 1;
@@ -553,8 +556,11 @@ pub enum PlanKind {
     Fused,
     /// Prefill in two `prefill64.cu` kernels (prep, walk) with a device workspace.
     Chunk64,
-    /// Context-parallel prefill in four `prefill64.cu` kernels (prep, pass 1, scan, pass 3).
+    /// Context-parallel prefill in four `prefill64.cu` kernels (prep, pass 1, scan, pass 3), one warpgroup
+    /// per walk CTA.
     ContextParallel,
+    /// The same with two warpgroups per walk CTA (`…_cp_pass{1,3}w_*`): "cp2".
+    ContextParallelWide,
 }
 
 impl PlanKind {
@@ -564,6 +570,7 @@ impl PlanKind {
             PlanKind::Fused => "fused",
             PlanKind::Chunk64 => "chunk64",
             PlanKind::ContextParallel => "cp",
+            PlanKind::ContextParallelWide => "cp2",
         }
     }
 }
@@ -590,6 +597,8 @@ pub enum PrefillPlan {
         /// Segments of the longest sequence (forced plans: of the average one), and chunks per segment (L).
         segments: u64,
         seg_chunks: u64,
+        /// Warpgroups per walk CTA of the passes (1 or 2: plan kind cp / cp2).
+        warpgroups: u64,
         workspace_bytes: u64,
     },
 }
@@ -599,6 +608,7 @@ impl PrefillPlan {
         match self {
             PrefillPlan::Fused { .. } => PlanKind::Fused,
             PrefillPlan::Chunk64 { .. } => PlanKind::Chunk64,
+            PrefillPlan::ContextParallel { warpgroups: 2, .. } => PlanKind::ContextParallelWide,
             PrefillPlan::ContextParallel { .. } => PlanKind::ContextParallel,
         }
     }
@@ -693,8 +703,15 @@ pub fn choose_prefill(
         }
         Family::Prefill64Prep | Family::Prefill64Walk => chunk64(s, caps, forced_why),
         Family::Prefill64CpPass1 | Family::Prefill64CpScan | Family::Prefill64CpPass3 => {
-            let g = cp_forced_segments(s, caps.sm_count as u64);
-            context_parallel(s, caps, (g, cp_seg_chunks(s, g)), forced_why)
+            // a scan names no walk form: one warpgroup
+            let wg = registry::walk_warpgroups(v).min(2) as u64;
+            let wg = if v.family == Family::Prefill64CpScan {
+                1
+            } else {
+                wg
+            };
+            let g = cp_forced_segments(s, caps.sm_count as u64, wg);
+            context_parallel(s, caps, (g, cp_seg_chunks(s, g), wg), forced_why)
         }
         other => Err(bad(format!(
             "it is a {other:?} kernel; a prefill call takes gdn_prefill_* (fused plan), \
@@ -703,13 +720,19 @@ pub fn choose_prefill(
     }
 }
 
-/// The hot kernel of `family` for a chunk64 / cp launch of `s`: of the call's state dtype, except for the
-/// launches that touch no state storage (the prep, the cp scan; registered as F32 by convention).
-fn plan_kernel(family: Family, s: &Shape) -> Result<&'static Variant, Rejection> {
+/// The hot kernel of `family` with `warpgroups` warpgroups per CTA for a chunk64 / cp launch of `s`: of the
+/// call's state dtype, except for the launches that touch no state storage (the prep, the cp scan;
+/// registered as F32 by convention).
+fn plan_kernel(family: Family, s: &Shape, warpgroups: u64) -> Result<&'static Variant, Rejection> {
     let stateless = family == Family::Prefill64Prep; // (the cp scan is chosen by `cp_scan_kernel`)
     registry::VARIANTS
         .iter()
-        .find(|v| v.family == family && v.hot && (stateless || v.state == s.state))
+        .find(|v| {
+            v.family == family
+                && v.hot
+                && (stateless || v.state == s.state)
+                && registry::walk_warpgroups(v) as u64 == warpgroups
+        })
         .ok_or(Rejection::NoVariant {
             family,
             state: s.state,
@@ -719,8 +742,8 @@ fn plan_kernel(family: Family, s: &Shape) -> Result<&'static Variant, Rejection>
 /// The chunk64 plan for `s`, or why it cannot run (workspace cap, grid, shared memory, no variant).
 fn chunk64(s: &Shape, caps: &DeviceCaps, why: String) -> Result<PrefillPlan, Rejection> {
     let (prep_v, walk_v) = (
-        plan_kernel(Family::Prefill64Prep, s)?,
-        plan_kernel(Family::Prefill64Walk, s)?,
+        plan_kernel(Family::Prefill64Prep, s, 1)?,
+        plan_kernel(Family::Prefill64Walk, s, 1)?,
     );
     let (t, n, hv) = (
         s.total_tokens as u64,
@@ -745,14 +768,24 @@ fn chunk64(s: &Shape, caps: &DeviceCaps, why: String) -> Result<PrefillPlan, Rej
 }
 
 /// The context-parallel plan for `s` with segments of `seg_chunks` chunks (`segments`: how many the
-/// longest sequence gets, for the report).
+/// longest sequence gets, for the report) and `warpgroups` warpgroups per walk CTA.
 fn context_parallel(
     s: &Shape,
     caps: &DeviceCaps,
-    (segments, seg_chunks): (u64, u64),
+    (segments, seg_chunks, warpgroups): (u64, u64, u64),
     why: String,
 ) -> Result<PrefillPlan, Rejection> {
-    let of = |family| plan_kernel(family, s);
+    let of = |family| {
+        plan_kernel(
+            family,
+            s,
+            if family == Family::Prefill64Prep {
+                1
+            } else {
+                warpgroups
+            },
+        )
+    };
     let (t, n, hv) = (
         s.total_tokens as u64,
         s.num_seqs as u64,
@@ -772,7 +805,9 @@ fn context_parallel(
             max: i32::MAX as u64,
         });
     }
-    let why = format!("{why}; {segments} segments of {seg_chunks} chunks");
+    let why = format!(
+        "{why}; {segments} segments of {seg_chunks} chunks, {warpgroups} warpgroup(s) per walk CTA"
+    );
     let prep = configure(of(Family::Prefill64Prep)?, s, caps, why.clone())?;
     let pass1 = configure_grid(
         of(Family::Prefill64CpPass1)?,
@@ -796,6 +831,7 @@ fn context_parallel(
         pass3,
         segments,
         seg_chunks,
+        warpgroups,
         workspace_bytes,
     })
 }
@@ -844,26 +880,32 @@ fn configure_grid(
 }
 
 /// The automatic prefill plan: the cheapest estimate of `cost.rs` among the fused tiles (even HV) or the
-/// chunk64 plan (odd HV) and the best cp plan; a cp plan that cannot run (workspace cap, grid) falls back.
+/// chunk64 plan (odd HV) and the best cp plan of each walk form; a cp plan that cannot run (workspace cap,
+/// grid, shared memory) falls back to the other form, then to the base plan.
 fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Rejection> {
     let sms = (caps.sm_count as u64).max(1);
     let odd = !s.num_v_heads.is_multiple_of(2);
     let (base_us, base) = if odd {
-        (cost::cp_us(s, 1, sms).us, "chunk64")
+        (cost::cp_us(s, 1, &cost::WALK_FORMS[0], sms).us, "chunk64")
     } else {
         let us = fused_tile(s, sms).map_or(f64::INFINITY, |x| x.1);
         (us, "fused")
     };
-    if let Some(e) = cost::best_cp(s, sms).filter(|e| e.us < base_us) {
+    // the cheaper walk form first; one that cannot run here (shared memory, workspace, grid) yields to the other
+    for e in cost::cp_candidates(s, sms)
+        .into_iter()
+        .filter(|e| e.us < base_us)
+    {
         let l = cost::Lengths::of(s);
         let why = format!(
-            "cp: estimate {:.0} us < {base} {base_us:.0} us ({} walk chains, longest sequence {} tokens{})",
+            "{}: estimate {:.0} us < {base} {base_us:.0} us ({} walk chains, longest sequence {} tokens{})",
+            if e.warpgroups == 2 { "cp2" } else { "cp" },
             e.us,
             e.chains,
             l.longest,
             if s.max_seq_len > 0 { ", hinted" } else { ", lengths taken as equal" }
         );
-        if let Ok(plan) = context_parallel(s, caps, (e.segments, e.seg_chunks), why) {
+        if let Ok(plan) = context_parallel(s, caps, (e.segments, e.seg_chunks, e.warpgroups), why) {
             return Ok(plan);
         }
     }
@@ -877,7 +919,8 @@ fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Reject
 }
 
 /// The override name that forces prefill plan `kind` for `s`: fused → the kernel the automatic fused rule
-/// picks; chunk64 → the walk of the state dtype. `gdn check` runs each prefill case once per plan this way.
+/// picks; chunk64 → the walk of the state dtype; cp / cp2 → the pass 3 of the state dtype with one / two
+/// warpgroups. `gdn check` runs each prefill case once per plan this way.
 pub fn prefill_override_for(
     kind: PlanKind,
     s: &Shape,
@@ -892,13 +935,20 @@ pub fn prefill_override_for(
                 family: Family::Prefill64Walk,
                 state: s.state,
             }),
-        PlanKind::ContextParallel => registry::candidates(Family::Prefill64CpPass3, s.state)
-            .find(|v| v.hot)
-            .map(|v| v.name)
-            .ok_or(Rejection::NoVariant {
-                family: Family::Prefill64CpPass3,
-                state: s.state,
-            }),
+        PlanKind::ContextParallel | PlanKind::ContextParallelWide => {
+            let wg = if kind == PlanKind::ContextParallel {
+                1
+            } else {
+                2
+            };
+            registry::candidates(Family::Prefill64CpPass3, s.state)
+                .find(|v| v.hot && registry::walk_warpgroups(v) == wg)
+                .map(|v| v.name)
+                .ok_or(Rejection::NoVariant {
+                    family: Family::Prefill64CpPass3,
+                    state: s.state,
+                })
+        }
         PlanKind::Recurrent => Err(Rejection::Override {
             name: "recurrent".into(),
             problem: "not a prefill plan".into(),

@@ -26,14 +26,16 @@ pub enum Family {
     Prefill64Walk,
     /// `prefill64.cu` `gdn_prefill64_cp_pass1_*`: second launch of the context-parallel ("cp") plan: per
     /// segment of L chunks, walks segment 0 for real and summarises the middle segments (transition and
-    /// zero-state walk) into the workspace. `Prefill64Params` with `seg_chunks = L`.
+    /// zero-state walk) into the workspace. `Prefill64Params` with `seg_chunks = L`. Two forms: one
+    /// warpgroup per walk CTA (a 64-row value half), or two (`…_cp_pass1w_*`, one CTA per head; see
+    /// `walk_warpgroups`).
     Prefill64CpPass1,
     /// `prefill64.cu` `gdn_prefill64_cp_scan{,8}`: third launch of the cp plan: each segment's start state
     /// from the summaries, in fp32 (no state storage: `state` is a convention, F32, never matched); 16 or 8
     /// value rows per CTA (`policy::cp_scan_kernel`).
     Prefill64CpScan,
     /// `prefill64.cu` `gdn_prefill64_cp_pass3_*`: last launch of the cp plan: walks segments 1.. for real
-    /// from their start states; the last writes new_state.
+    /// from their start states; the last writes new_state. Two forms, as pass 1 (`…_cp_pass3w_*`).
     Prefill64CpPass3,
 }
 
@@ -125,11 +127,20 @@ pub const PREFILL: Module = Module {
     defines: &[],
 };
 
-/// prefill64.cu: the "chunk64" prefill plan (prep + walk, with a device workspace).
+/// prefill64.cu: the "chunk64" prefill plan (prep + walk, with a device workspace) and the cp plan's prep,
+/// scans and one-warpgroup passes.
 pub const PREFILL64: Module = Module {
     id: "prefill64",
     source: "prefill64.cu",
     defines: &[],
+};
+
+/// prefill64.cu with `GDN_PREFILL64_WIDE`: only the cp plan's two-warpgroup passes. A module of its own so that
+/// a process compiles them (as long as the rest of the file together) only when a plan first needs them.
+pub const PREFILL64_WIDE: Module = Module {
+    id: "prefill64_wide",
+    source: "prefill64.cu",
+    defines: &["GDN_PREFILL64_WIDE=1"],
 };
 
 /// Head size every kernel assumes (K = V = 128).
@@ -157,8 +168,11 @@ pub mod prefill64 {
     pub const WALK_SMEM: u32 = 159_760;
     /// Workspace bytes per (chunk slot, value head) = `gdn_prefill64::WS_CHUNK_BYTES`.
     pub const WS_CHUNK_BYTES: u64 = 33_792;
-    /// Threads per block of both kernels.
+    /// Threads per block of the prep, the walks and the one-warpgroup cp passes (one warpgroup).
     pub const BLOCK: u32 = 128;
+    /// Dynamic shared memory (bytes) of the two-warpgroup cp passes `gdn_prefill64_cp_pass{1,3}w_*`
+    /// = `gdn_prefill64::WALK2_SMEM`; their block is two warpgroups, `2 · BLOCK`.
+    pub const WALK2_SMEM: u32 = 185_360;
     /// Walk CTAs per (sequence, value head): grid.x = N · HV · WALK_CTAS_PER_HEAD (one warpgroup per
     /// 64-row value half).
     pub const WALK_CTAS_PER_HEAD: u32 = 2;
@@ -170,6 +184,9 @@ pub mod prefill64 {
     pub const CP_PASS1_CTAS: u32 = 4;
     /// Context-parallel pass 3: CTAs per (segment slot, value head) = 2 value halves.
     pub const CP_PASS3_CTAS: u32 = 2;
+    /// The two-warpgroup passes: one CTA per head, so pass 1 has 2 (roles) and pass 3 one per (slot, head).
+    pub const CP_PASS1W_CTAS: u32 = 2;
+    pub const CP_PASS3W_CTAS: u32 = 1;
     /// Context-parallel scan: CTAs per (sequence, value head) (16 value rows each; `gdn_prefill64_cp_scan8`:
     /// 16 CTAs of 8 rows), block, dynamic smem (= `gdn_prefill64::SCAN_SMEM`, both).
     pub const CP_SCAN_CTAS: u32 = 8;
@@ -184,6 +201,7 @@ pub mod prefill64 {
 
     pub(super) const PREP_SMEM_EXPR: &str = "gdn_prefill64::PREP_SMEM";
     pub(super) const WALK_SMEM_EXPR: &str = "gdn_prefill64::WALK_SMEM";
+    pub(super) const WALK2_SMEM_EXPR: &str = "gdn_prefill64::WALK2_SMEM";
     pub(super) const WS_CHUNK_BYTES_EXPR: &str = "gdn_prefill64::WS_CHUNK_BYTES";
 }
 
@@ -249,6 +267,12 @@ pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
     ),
     (
         "prefill64",
+        "params size (params.rs)",
+        "sizeof(Prefill64Params)",
+        size_of::<crate::params::Prefill64Params>() as u64,
+    ),
+    (
+        "prefill64_wide",
         "params size (params.rs)",
         "sizeof(Prefill64Params)",
         size_of::<crate::params::Prefill64Params>() as u64,
@@ -335,6 +359,31 @@ const fn prefill64_kernel(
         block_expr: None,
         hot: true,
     }
+}
+
+/// A two-warpgroup context-parallel pass (module `prefill64_wide`): one CTA of 256 threads per head.
+const fn cp_wide_pass(name: &'static str, family: Family, state: StateDtype) -> Variant {
+    Variant {
+        name,
+        module: &PREFILL64_WIDE,
+        family,
+        state,
+        grid: GridOrder::SegmentSlots,
+        block: 2 * prefill64::BLOCK,
+        dyn_smem: prefill64::WALK2_SMEM,
+        ctas_per_head: match family {
+            Family::Prefill64CpPass1 => prefill64::CP_PASS1W_CTAS,
+            _ => prefill64::CP_PASS3W_CTAS,
+        },
+        smem_expr: Some(prefill64::WALK2_SMEM_EXPR),
+        block_expr: None,
+        hot: true,
+    }
+}
+
+/// Warpgroups per walk CTA of a prefill64 walk or cp pass: 1, or 2 for `…_cp_pass{1,3}w_*`.
+pub fn walk_warpgroups(v: &Variant) -> u32 {
+    v.block / prefill64::BLOCK
 }
 
 /// A context-parallel scan kernel (`ctas_per_head` CTAs of 128 / `ctas_per_head` value rows per (sequence, head)).
@@ -592,6 +641,10 @@ pub static VARIANTS: &[Variant] = &[
         prefill64::WALK_SMEM,
         prefill64::WALK_SMEM_EXPR,
     ),
+    cp_wide_pass("gdn_prefill64_cp_pass1w_f32", Prefill64CpPass1, F32),
+    cp_wide_pass("gdn_prefill64_cp_pass1w_bf16", Prefill64CpPass1, BF16),
+    cp_wide_pass("gdn_prefill64_cp_pass3w_f32", Prefill64CpPass3, F32),
+    cp_wide_pass("gdn_prefill64_cp_pass3w_bf16", Prefill64CpPass3, BF16),
 ];
 
 /// The distinct compilation units, in table order.
@@ -690,6 +743,21 @@ mod tests {
         assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 139264>"));
         assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
         assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
+        // the wide module: its four passes' smem and the params size, nothing of the other module
+        let wide = checks_appendix(&PREFILL64_WIDE);
+        assert_eq!(wide.matches("gdn_registry_check<").count(), 4 + 1);
+        assert_eq!(
+            wide.matches("(gdn_prefill64::WALK2_SMEM), 185360>").count(),
+            4
+        );
+        assert!(!wide.contains("WALK_SMEM)") && !wide.contains("PREP_SMEM"));
+        assert_eq!(
+            modules()
+                .iter()
+                .filter(|m| m.source == "prefill64.cu")
+                .count(),
+            2
+        );
         assert!(checks_appendix(&PREFILL).contains("(gdn_prefill::C), 16>"));
     }
 

@@ -503,15 +503,17 @@ fn empty_prefill_launches_nothing_and_needs_no_workspace() {
 #[test]
 fn context_parallel_for_few_long_sequences() {
     use StateDtype::{BF16, F32};
-    // (N, T, HV) -> (segments, chunks per segment): the cheapest cost::cp_us among the G with
-    // chains·(G−1) <= 132 and chains·(2G−3) <= 264 (measured best on the H200 where measured)
-    for (n, t, hv, g, l) in [
-        (1usize, 65_536usize, 8usize, 9u64, 114u64), // 16 chains: G = 9 (pass 3 128 CTAs, pass 1 240)
-        (1, 8192, 8, 8, 16),                         // measured 167.7 us (G = 9: 169.8)
-        (1, 2048, 8, 4, 8),                          // 32 chunks: 4 segments of 8
-        (2, 16_384, 8, 5, 26),                       // 32 chains: G = 5 (pass 3 128, pass 1 224)
-        (1, 65_536, 3, 19, 54),                      // odd HV: 6 chains (cp beats chunk64 5x)
-        (1, 1 << 19, 2, 34, 241),                    // 4 chains (pass 3 132, pass 1 260)
+    // (N, T, HV) -> (segments, chunks per segment, warpgroups per walk CTA): the cheapest cost::cp_us over
+    // both walk forms and the G with chains·(G−1) <= 132 and chains·(2G−3) <= 264, chains = N·HV·2/warpgroups
+    // (H200, results/prefill64_s12.md: the measured best G of each form where measured)
+    for (n, t, hv, g, l, wg) in [
+        (1usize, 65_536usize, 8usize, 17u64, 61u64, 2u64), // 8 chains: measured 695 us (1 WG, G = 9: 780)
+        (1, 8192, 8, 8, 16, 1), // measured 141.6 us (2 WG at its best G: 147.9)
+        (1, 2048, 8, 7, 5, 1),  // 32 chunks: measured 61.1 (L 4) - 62.6 (L 6)
+        (2, 32_768, 8, 9, 29, 2), // measured 362 us (1 WG, G = 5: 385)
+        (1, 65_536, 3, 45, 23, 2), // odd HV: 3 chains (cp beats chunk64 7x)
+        (1, 1 << 19, 2, 64, 128, 2), // 2 chains: the segment cap
+        (1, 12_000, 4, 16, 12, 1), // few heads, 12K tokens: one warpgroup
     ] {
         let s = pre(n, t, hv, F32);
         let p = plan(&s);
@@ -522,16 +524,31 @@ fn context_parallel_for_few_long_sequences() {
             pass3,
             segments,
             seg_chunks,
+            warpgroups,
             workspace_bytes,
         } = &p
         else {
             panic!("expected cp for {s:?}: {}", p.why());
         };
-        assert_eq!((*segments, *seg_chunks), (g, l), "{s:?}");
+        assert_eq!(
+            (*segments, *seg_chunks, *warpgroups),
+            (g, l, wg),
+            "{s:?}: {}",
+            p.why()
+        );
+        let wide = wg == 2;
+        assert_eq!(
+            p.kind(),
+            if wide {
+                PlanKind::ContextParallelWide
+            } else {
+                PlanKind::ContextParallel
+            }
+        );
         let slots = registry::prefill64_seg_slots(t as u64, n as u64, l) as u32;
         assert_eq!(prep.grid, (((t / 64 + n + 1) * hv) as u32, 1, 1));
-        assert_eq!(pass1.grid, (slots, hv as u32, 4));
-        assert_eq!(pass3.grid, (slots, hv as u32, 2));
+        assert_eq!(pass1.grid, (slots, hv as u32, 4 / wg as u32));
+        assert_eq!(pass3.grid, (slots, hv as u32, 2 / wg as u32));
         // 8 value rows per scan CTA while N·HV·16 CTAs fit one wave, else 16
         let (scan_name, scan_ctas) = if n * hv * 16 <= 132 {
             ("gdn_prefill64_cp_scan8", 16)
@@ -541,29 +558,52 @@ fn context_parallel_for_few_long_sequences() {
         assert_eq!(scan.variant.name, scan_name, "{s:?}");
         assert_eq!(scan.grid, ((n * hv * scan_ctas) as u32, 1, 1));
         assert_eq!((scan.block, scan.dyn_smem), (256, prefill64::CP_SCAN_SMEM));
-        assert_eq!((pass1.block, pass1.dyn_smem), (128, prefill64::WALK_SMEM));
+        let walk_smem = if wide {
+            prefill64::WALK2_SMEM
+        } else {
+            prefill64::WALK_SMEM
+        };
+        for pass in [pass1, pass3] {
+            assert_eq!(
+                (pass.block, pass.dyn_smem),
+                (128 * wg as u32, walk_smem),
+                "{s:?}"
+            );
+            assert_eq!(
+                pass.variant.name.contains("w_"),
+                wide,
+                "{}",
+                pass.variant.name
+            );
+        }
         assert_eq!(
             *workspace_bytes,
             registry::prefill64_cp_workspace_bytes(t as u64, n as u64, hv as u64, l)
         );
         // pass 3 (segments 1..G-1 of every chain) fits one wave; pass 1 two
-        let chains = (n * hv * 2) as u64;
+        let chains = (n * hv * 2) as u64 / wg;
         assert!(chains * (g - 1) <= 132 && chains * (2 * g - 3) <= 264);
     }
     let p = plan(&pre(1, 65_536, 8, BF16));
     assert_eq!(
         p.label(),
+        "cp2 gdn_prefill64_prep+gdn_prefill64_cp_pass1w_bf16+gdn_prefill64_cp_scan8+gdn_prefill64_cp_pass3w_bf16"
+    );
+    assert!(p.why().starts_with("cp2: estimate"), "{}", p.why());
+    assert!(p.why().contains("8 walk chains"), "{}", p.why());
+    let p = plan(&pre(1, 8192, 8, BF16));
+    assert_eq!(
+        p.label(),
         "cp gdn_prefill64_prep+gdn_prefill64_cp_pass1_bf16+gdn_prefill64_cp_scan8+gdn_prefill64_cp_pass3_bf16"
     );
     assert!(p.why().starts_with("cp: estimate"), "{}", p.why());
-    assert!(p.why().contains("16 walk chains"), "{}", p.why());
     // without a hint nothing but T and N is known: a skewed split of the same totals gets the same plan
     assert_eq!(
         plan(&pre(2, 16_384, 8, F32)).kind(),
-        PlanKind::ContextParallel
+        PlanKind::ContextParallelWide
     );
     // with one: a long sequence among short ones is cut into segments of ITS length (measured: 44
-    // sequences, the longest 5,637 tokens: fused 281-433 us, cp 235-249)
+    // sequences, the longest 5,637 tokens: fused 235-396 us, cp 235-335, cp2 195-270)
     let mixed = Shape {
         max_seq_len: 5637,
         ..pre(44, 8192, 8, F32)
@@ -597,6 +637,25 @@ fn context_parallel_for_few_long_sequences() {
         panic!("expected cp");
     };
     assert_eq!((segments, seg_chunks), (3, 1));
+    // naming a two-warpgroup pass forces that form, with segments for its chains (N·HV: one CTA per head)
+    let long = pre(1, 65_536, 8, F32);
+    for (name, wg, g) in [
+        ("gdn_prefill64_cp_pass1w_f32", 2, 17),
+        ("gdn_prefill64_cp_pass3w_f32", 2, 17),
+        ("gdn_prefill64_cp_pass3_f32", 1, 9),
+        ("gdn_prefill64_cp_scan8", 1, 9),
+    ] {
+        let p = choose_prefill(&long, &H100, Some(name)).unwrap();
+        let PrefillPlan::ContextParallel {
+            segments,
+            warpgroups,
+            ..
+        } = p
+        else {
+            panic!("expected cp");
+        };
+        assert_eq!((warpgroups, segments), (wg, g), "{name}");
+    }
     assert!(matches!(
         choose_prefill(
             &pre(1, 65_536, 8, F32),
@@ -688,6 +747,7 @@ fn override_forces_either_prefill_plan() {
         PlanKind::Fused,
         PlanKind::Chunk64,
         PlanKind::ContextParallel,
+        PlanKind::ContextParallelWide,
     ] {
         let name = prefill_override_for(k, &long, &H100).unwrap();
         assert_eq!(forced(&long, name).unwrap().kind(), k);
@@ -741,7 +801,7 @@ fn chunk64_needs_its_shared_memory() {
     ));
     // the automatic rule would run this shape context parallel (walk-sized kernels too): it falls back to
     // the fused plan, whose bv16 kernel (225696 bytes) does not fit either — the rejection names it
-    assert_eq!(plan(&long).kind(), PlanKind::ContextParallel);
+    assert_eq!(plan(&long).kind(), PlanKind::ContextParallelWide);
     assert!(matches!(
         choose_prefill(&long, &small, None),
         Err(Rejection::SharedMemory {
@@ -749,7 +809,23 @@ fn chunk64_needs_its_shared_memory() {
             ..
         })
     ));
+    // room for the one-warpgroup walks (159760) but not the two-warpgroup passes (185360): the automatic
+    // rule runs the one-warpgroup cp instead
+    let mid = DeviceCaps {
+        max_dyn_smem: 170_000,
+        ..H100
+    };
+    let p = choose_prefill(&long, &mid, None).unwrap();
+    assert_eq!(p.kind(), PlanKind::ContextParallel, "{}", p.why());
+    assert!(matches!(
+        choose_prefill(&long, &mid, Some("gdn_prefill64_cp_pass3w_f32")),
+        Err(Rejection::SharedMemory {
+            kernel: "gdn_prefill64_cp_pass1w_f32",
+            ..
+        })
+    ));
     // the registry's numbers fit a 132-SM Hopper
+    const { assert!(prefill64::WALK2_SMEM <= H100.max_dyn_smem) };
     const { assert!(prefill64::WALK_SMEM <= H100.max_dyn_smem) };
     const { assert!(prefill64::PREP_SMEM <= H100.max_dyn_smem) };
 }

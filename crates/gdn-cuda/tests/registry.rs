@@ -5,30 +5,41 @@ use gdn_cuda::registry::{self, VARIANTS};
 use gdn_cuda::sources::SourceSet;
 use std::collections::BTreeSet;
 
-/// Macros only the device harnesses define: what a source builds under `#ifdef` of one of them is not part
-/// of the runtime's compile (e.g. `prefill64.cu`'s two-warpgroup cp passes, measured but not yet planned).
-const HARNESS_ONLY: &[&str] = &["GDN_CP_WGS2"];
-
-/// Names of kernels a source exports: `extern "C" __global__` functions, plus instantiations of the
-/// files' export macros (`GDN_REC_EXPORT(...)`, `GDN_PREFILL_KERNEL(name, ...)`), outside harness-only blocks.
-fn exported(src: &str) -> BTreeSet<String> {
+/// Names of kernels a source exports when compiled with `defines` (`NAME` or `NAME=VALUE`): `extern "C"
+/// __global__` functions, plus instantiations of the files' export macros (`GDN_REC_EXPORT(...)`,
+/// `GDN_PREFILL_KERNEL(name, ...)`), in the branches of `#ifdef` / `#ifndef` / `#else` / `#endif` that those
+/// defines select (other `#if` conditions are not evaluated: both of their branches count).
+fn exported(src: &str, defines: &[&str]) -> BTreeSet<String> {
+    // the macro named after #ifdef / #ifndef (a trailing comment ignored)
+    let defined = |rest: &str| {
+        let m = rest.split_whitespace().next().unwrap_or("");
+        defines.iter().any(|d| d.split('=').next() == Some(m))
+    };
     let mut out = BTreeSet::new();
     let mut in_macro = false;
-    let mut skip_depth = 0; // > 0: inside a harness-only #ifdef (counting nested #if blocks)
+    // one entry per open conditional: Some(taken) for #ifdef/#ifndef, None for an unevaluated #if
+    let mut conds: Vec<Option<bool>> = Vec::new();
     for line in src.lines().map(str::trim) {
-        if skip_depth > 0 {
-            if line.starts_with("#if") {
-                skip_depth += 1;
-            } else if line.starts_with("#endif") {
-                skip_depth -= 1;
+        if let Some(m) = line.strip_prefix("#ifdef ") {
+            conds.push(Some(defined(m)));
+            continue;
+        } else if let Some(m) = line.strip_prefix("#ifndef ") {
+            conds.push(Some(!defined(m)));
+            continue;
+        } else if line.starts_with("#if") {
+            conds.push(None);
+            continue;
+        } else if line.starts_with("#else") {
+            if let Some(Some(taken)) = conds.last_mut() {
+                *taken = !*taken;
             }
             continue;
+        } else if line.starts_with("#endif") {
+            conds.pop();
+            continue;
         }
-        if let Some(m) = line.strip_prefix("#ifdef ") {
-            if HARNESS_ONLY.contains(&m.trim()) {
-                skip_depth = 1;
-                continue;
-            }
+        if conds.iter().any(|c| *c == Some(false)) {
+            continue;
         }
         // macro definitions (with their continuation lines) and comments export nothing
         let continued = in_macro;
@@ -92,13 +103,16 @@ fn kernel_names_are_parsed_with_and_without_launch_bounds() {
     let src = "extern \"C\" __global__ void plain(const P p) {}\n\
                extern \"C\" __global__ void __launch_bounds__(128) lb1(const P p) {}\n\
                extern \"C\" __global__ void __launch_bounds__(32 * (4 + f<2>()), 1) lb2(const P p) {}\n";
-    let got: Vec<String> = exported(src).into_iter().collect();
+    let got: Vec<String> = exported(src, &[]).into_iter().collect();
     assert_eq!(got, ["lb1", "lb2", "plain"]);
     let gated = "extern \"C\" __global__ void kept(const P p) {}\n\
-                 #ifdef GDN_CP_WGS2\n#if 1\n#endif\nextern \"C\" __global__ void harness(const P p) {}\n#endif\n\
-                 extern \"C\" __global__ void after(const P p) {}\n";
-    let got: Vec<String> = exported(gated).into_iter().collect();
-    assert_eq!(got, ["after", "kept"]);
+                 #ifndef WIDE  // the default\n#if 1\n#endif\nextern \"C\" __global__ void narrow(const P p) {}\n\
+                 #else  // WIDE\n#ifndef X\n#define X 1\n#endif\nextern \"C\" __global__ void wide(const P p) {}\n\
+                 #endif\nextern \"C\" __global__ void after(const P p) {}\n";
+    let got: Vec<String> = exported(gated, &[]).into_iter().collect();
+    assert_eq!(got, ["after", "kept", "narrow"]);
+    let got: Vec<String> = exported(gated, &["WIDE=1"]).into_iter().collect();
+    assert_eq!(got, ["after", "kept", "wide"]);
 }
 
 #[test]
@@ -113,7 +127,7 @@ fn registry_and_sources_agree() {
             .filter(|v| v.module.id == m.id)
             .map(|v| v.name.to_string())
             .collect();
-        let theirs = exported(src);
+        let theirs = exported(src, m.defines);
         assert_eq!(ours, theirs, "{}: registry vs exported kernels", m.source);
     }
 }

@@ -79,24 +79,29 @@ class Module64:
         if selftest:
             src += ('\nextern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_selftest(const __nv_bfloat16* A, '
                     'const __nv_bfloat16* B, float* D1, float* D2, float* D3) { gdn_prefill64::wg_selftest(A, B, D1, D2, D3); }\n')
-        # GDN_CP_WGS2: also build the two-warpgroup cp passes (the runtime's compile leaves them out)
-        opts = [b"-arch=sm_90a", b"-std=c++17", b"-lineinfo", b"-DGDN_CP_WGS2"] + [f"-D{d}".encode() for d in defines] + \
-            [f"-I{d}".encode() for d in ph.include_dirs()]
+        # the source's two compilation units: the runtime's module "prefill64" and, with GDN_PREFILL64_WIDE, module
+        # "prefill64_wide" (the two-warpgroup cp passes). GDN_CP_WGS2 builds them into one unit in session-12 sources
+        # (an ALT_SRC from git); later sources ignore it.
+        units = [[b"-DGDN_CP_WGS2"]] + ([[b"-DGDN_PREFILL64_WIDE=1"]] if "GDN_PREFILL64_WIDE" in src else [])
         t = time.time()
-        prog = ph._ok(nvrtc.nvrtcCreateProgram(src.encode(), b"prefill64.cu", 0, [], []), "create")
-        rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-        n = ph._ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
-        buf = b" " * n
-        nvrtc.nvrtcGetProgramLog(prog, buf)
-        txt = buf.decode(errors="replace").strip("\x00 \n")
-        if txt:
-            log("NVRTC log:", txt[:3000])
-        if int(rc) != 0:
-            raise RuntimeError("NVRTC failed: " + txt[:3000])
-        n = ph._ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
-        cubin = b" " * n
-        ph._ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
-        self.module = ph._ok(cu.cuModuleLoadData(cubin), "load")
+        self.modules = []
+        for unit in units:
+            opts = [b"-arch=sm_90a", b"-std=c++17", b"-lineinfo"] + unit + [f"-D{d}".encode() for d in defines] + \
+                [f"-I{d}".encode() for d in ph.include_dirs()]
+            prog = ph._ok(nvrtc.nvrtcCreateProgram(src.encode(), b"prefill64.cu", 0, [], []), "create")
+            rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+            n = ph._ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
+            buf = b" " * n
+            nvrtc.nvrtcGetProgramLog(prog, buf)
+            txt = buf.decode(errors="replace").strip("\x00 \n")
+            if txt:
+                log("NVRTC log:", txt[:3000])
+            if int(rc) != 0:
+                raise RuntimeError("NVRTC failed: " + txt[:3000])
+            n = ph._ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
+            cubin = b" " * n
+            ph._ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
+            self.modules.append(ph._ok(cu.cuModuleLoadData(cubin), "load"))
         WS = self.walk_smem
         A = cu.CUfunction_attribute
         self.fns, regs = {}, {}
@@ -109,7 +114,10 @@ class Module64:
         if selftest:
             names.append(("gdn_wgmma_selftest", 64 * 1024))
         for name, sm in names:
-            f = ph._ok(cu.cuModuleGetFunction(self.module, name.encode()), name)
+            found = [cu.cuModuleGetFunction(m, name.encode()) for m in self.modules]
+            f = next((r[1] for r in found if r[0] == cu.CUresult.CUDA_SUCCESS), None)
+            if f is None:
+                raise RuntimeError(f"{name}: in none of the compiled units")
             ph._ok((cu.cuFuncSetAttribute(f, A.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, sm)[0], None), "smem")
             regs[name] = (ph._ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "regs"),
                           ph._ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "local"))

@@ -178,8 +178,9 @@ def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, out
             lengths are taken as equal.
 
     On CUDA the kernels run as one of three plans, chosen by a cost model from the shape (and
-    ``max_seqlen``): "fused" (one kernel), "cp" (context parallel, four kernels: long sequences cut into
-    segments walked in parallel) or, for an odd number of value heads, "chunk64" (two kernels). The
+    ``max_seqlen``): "fused" (one kernel), "cp" / "cp2" (context parallel, four kernels: long sequences cut
+    into segments walked in parallel, with one or two warpgroups per walk CTA) or, for an odd number of value
+    heads, "chunk64" (two kernels). The
     multi-kernel plans share a scratch workspace taken from torch's caching allocator on the current stream;
     every plan is graph-capturable. ``GDN_KERNEL=<kernel name>`` forces a plan.
 
