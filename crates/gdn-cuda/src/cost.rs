@@ -19,8 +19,9 @@
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
-//!   fused = max(chain, work),  chain = ceil(longest/16)·chunk_us + FUSED_CTA_US,
+//!   fused = max(chain, work, waves),  chain = ceil(longest/16)·chunk_us + FUSED_CTA_US,
 //!   work = ((T/16 + N/2)·chunk_us + N·FUSED_CTA_US) · HV·128/BV / SMs          (N/2: partial last chunks)
+//!   waves = ceil(N·HV·128/BV / SMs) · (chunk_us + FUSED_CTA_US)      (tiny calls: every wave costs a CTA)
 //! Context-parallel plan (`prefill64.cu`; see `policy`): G segments of L chunks cut the longest sequence;
 //! `long` = min(N, T / longest) sequences are taken to be that long, the rest short (one segment each). The
 //! walks come in two forms (`WALK_FORMS`): one warpgroup per CTA (a 64-row value half, `cph` = 2 CTAs per
@@ -140,7 +141,10 @@ pub fn fused_us(s: &Shape, bv: u32, sms: u64) -> f64 {
     let chain = (l.longest as f64 / FUSED_CHUNK).ceil() * c + FUSED_CTA_US;
     let per_tile = (t / FUSED_CHUNK + n / 2.0) * c + n * FUSED_CTA_US;
     let work = per_tile * hv * (128.0 / bv as f64) / sms.max(1) as f64;
-    chain.max(work)
+    // one CTA per SM: the last wave of a grid wider than the GPU costs at least one CTA's fixed time
+    let ctas = l.seqs * s.num_v_heads as u64 * (128 / bv.max(1) as u64);
+    let waves = ctas.div_ceil(sms.max(1)) as f64 * (c + FUSED_CTA_US);
+    chain.max(work).max(waves)
 }
 
 /// A context-parallel (or, with one segment, chunk64) estimate.
