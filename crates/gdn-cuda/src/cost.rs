@@ -30,8 +30,10 @@
 //!   pass1 = max(L·W + C, [chains·(L·W + C) + 2·chains·(G−2)·(L·S + C)
 //!                          + (short tokens/64 · W + short seqs · (C + W/2))·HV·cph] / SMs)
 //!   scan  = fixed + step·(G−2) + SCAN_WAVE_US · scan CTAs / SMs          (fixed, step: `SCAN_US` of the kernel)
-//!   pass3 = max(L·W + C3, chains·(G−1)·(L·W + C) / SMs)
-//! with chains = long·HV·cph. G = 1 is the chunk64 plan (prep + one one-warpgroup walk, no scan, no pass 3).
+//!   pass3 = max(L·W + C3, (chains·(G−1) + rest)·(L·W + C) / SMs)
+//! with chains = long·HV·cph and rest = floor(ceil(short tokens/64) / L)·HV·cph: the most pass-3 CTAs the
+//! other sequences can add (one per segment past their first; a second sequence almost as long as the
+//! longest is cut too). G = 1 is the chunk64 plan (prep + one one-warpgroup walk, no scan, no pass 3).
 
 use crate::policy::Shape;
 use crate::registry::prefill64;
@@ -157,6 +159,8 @@ pub struct CpEstimate {
     pub warpgroups: u64,
     /// Walk chains of the long sequences: long·HV·(CTAs per head).
     pub chains: u64,
+    /// Pass-3 CTAs the other sequences can add at most (their segments past the first, ·HV·CTAs per head).
+    pub rest_ctas: u64,
     pub us: f64,
     /// prep, pass 1 (the walk for chunk64), scan, pass 3.
     pub parts: [f64; 4],
@@ -187,13 +191,23 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
         + 2.0 * ch * (gf - 2.0).max(0.0) * (lf * form.summary_chunk_us + cta)
         + (short_tokens / CHUNK64 * w + short_seqs * (cta + w / 2.0)) * hv * cph as f64;
     let pass1 = seg_walk.max(work1 / smsf);
+    let rest_ctas = if segments < 2 {
+        0
+    } else {
+        let short_chunks = l
+            .tokens
+            .saturating_sub(l.long_seqs * l.longest)
+            .div_ceil(CHUNK64 as u64);
+        short_chunks / seg_chunks * s.num_v_heads as u64 * cph
+    };
     let (scan, pass3) = if segments < 2 {
         (0.0, 0.0)
     } else {
         let (scan_ctas, fixed, step) = scan_costs(s, sms);
         (
             fixed + step * (gf - 2.0).max(0.0) + SCAN_WAVE_US * scan_ctas as f64 / smsf,
-            (lf * w + form.pass3_cta_us).max(ch * (gf - 1.0) * seg_walk / smsf),
+            (lf * w + form.pass3_cta_us)
+                .max((ch * (gf - 1.0) + rest_ctas as f64) * seg_walk / smsf),
         )
     };
     let parts = [prep, pass1, scan, pass3];
@@ -202,6 +216,7 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
         seg_chunks,
         warpgroups: form.warpgroups,
         chains,
+        rest_ctas,
         us: parts.iter().sum(),
         parts,
     }
@@ -224,8 +239,8 @@ fn scan_costs(s: &Shape, sms: u64) -> (u64, f64, f64) {
 }
 
 /// Segment-count limits of the automatic cp plan: at least this many segments, at most `MAX_SEGMENTS`,
-/// segments of at least `MIN_SEG_CHUNKS` chunks, and whole waves: pass 3 (chains·(G−1) CTAs, one per SM)
-/// in one wave and pass 1 (chains·(2G−3)) in at most two. Measured on the H200 (results/prefill64.md): a
+/// segments of at least `MIN_SEG_CHUNKS` chunks, and whole waves: pass 3 (chains·(G−1) + rest CTAs, one
+/// per SM) in one wave and pass 1 (chains·(2G−3) + 2·rest) in at most two. Measured on the H200 (results/prefill64.md): a
 /// second pass-3 wave costs ~30% (1×65536 G = 9 894 µs, G = 10 1217), which the averaged work term above
 /// does not see, so the waves are limits rather than estimates.
 pub const MIN_SEGMENTS: u64 = 3;
@@ -243,8 +258,8 @@ pub fn cp_candidates(s: &Shape, sms: u64) -> Vec<CpEstimate> {
                 .filter(|e| {
                     e.segments >= MIN_SEGMENTS
                         && e.seg_chunks >= MIN_SEG_CHUNKS
-                        && e.chains * (e.segments - 1) <= sms
-                        && e.chains * (2 * e.segments - 3) <= 2 * sms
+                        && e.chains * (e.segments - 1) + e.rest_ctas <= sms
+                        && e.chains * (2 * e.segments - 3) + 2 * e.rest_ctas <= 2 * sms
                 })
                 .min_by(|a, b| a.us.total_cmp(&b.us))
         })

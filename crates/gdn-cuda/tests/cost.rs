@@ -219,6 +219,17 @@ fn lengths_clamp_the_hint() {
     assert_eq!(cost::Lengths::of(&shape(8192, 32, 100)).longest, 256); // below the average: no information
     assert_eq!(cost::Lengths::of(&shape(100, 1, 500)).longest, 100); // above T: T
     assert_eq!(cost::Lengths::of(&shape(0, 3, 0)).longest, 0);
+    // a second sequence nearly as long as the hinted longest (2637 and 3780 tokens) is cut too: its segments
+    // count against pass 3's one wave (measured, prefill_72: L = 15 119.9 us, L = 10 — 144 pass-3 CTAs,
+    // two waves — 144.9)
+    let e = cost::best_cp(&shape(6417, 2, 3780), 132).unwrap();
+    assert_eq!(
+        e.rest_ctas,
+        2637u64.div_ceil(64) / e.seg_chunks * 16,
+        "{e:?}"
+    );
+    assert!(e.seg_chunks > 10, "{e:?}");
+    assert!(e.chains * (e.segments - 1) + e.rest_ctas <= 132, "{e:?}");
     // one segment is the chunk64 plan: no scan, no pass 3
     let e = cost::cp_us(&shape(8192, 1, 0), 1, &cost::WALK_FORMS[0], 132);
     assert_eq!(

@@ -38,7 +38,7 @@ fn exported(src: &str, defines: &[&str]) -> BTreeSet<String> {
             conds.pop();
             continue;
         }
-        if conds.iter().any(|c| *c == Some(false)) {
+        if conds.contains(&Some(false)) {
             continue;
         }
         // macro definitions (with their continuation lines) and comments export nothing
