@@ -240,9 +240,9 @@ fn scan_costs(s: &Shape, sms: u64) -> (u64, f64, f64) {
 
 /// Segment-count limits of the automatic cp plan: at least this many segments, at most `MAX_SEGMENTS`,
 /// segments of at least `MIN_SEG_CHUNKS` chunks, and whole waves: pass 3 (chains·(G−1) + rest CTAs, one
-/// per SM) in one wave and pass 1 (chains·(2G−3) + 2·rest) in at most two. Measured on the H200 (results/prefill64.md): a
-/// second pass-3 wave costs ~30% (1×65536 G = 9 894 µs, G = 10 1217), which the averaged work term above
-/// does not see, so the waves are limits rather than estimates.
+/// per SM) in one wave and pass 1 (chains·(2G−3) + 2·rest) in at most two. Measured on the H200
+/// (results/prefill64.md): a second pass-3 wave costs ~30% (1×65536 G = 9 894 µs, G = 10 1217), which the
+/// averaged work term above does not see, so the waves are limits rather than estimates.
 pub const MIN_SEGMENTS: u64 = 3;
 pub const MAX_SEGMENTS: u64 = 64;
 pub const MIN_SEG_CHUNKS: u64 = 4;

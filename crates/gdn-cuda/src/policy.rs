@@ -10,7 +10,7 @@
 //!   other head counts; not measured beyond qk4_v8).
 //! * Prefill has three plans (`choose_prefill`), chosen by the cost model of `cost.rs` (estimated µs from
 //!   T, N, HV, the SM count and — when the caller gives it — the longest sequence's length; calibrated on the
-//!   H200, results/prefill_plans.md):
+//!   H200, results/prefill_plans.md; refit in session 13, results/prefill64_s13.md):
 //!   - **fused** (`prefill.cu`, results/prefill_kernels.md): one kernel; each CTA owns BV value columns of
 //!     one (sequence, value head) and redoes the chunk preparation that all BV-tiles of a head share. With
 //!     the longest length known, BV = the tile width with the smallest estimate: wide tiles do less work in
