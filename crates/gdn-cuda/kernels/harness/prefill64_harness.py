@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import prefill_harness as ph  # noqa: E402
 import torch  # noqa: E402
-from cuda.bindings import driver as cu, nvrtc  # noqa: E402
+from cuda.bindings import driver as cu  # noqa: E402
 
 OUT = ph.OUT
 dev = ph.dev
@@ -88,19 +88,7 @@ class Module64:
         for unit in units:
             opts = [b"-arch=sm_90a", b"-std=c++17", b"-lineinfo"] + unit + [f"-D{d}".encode() for d in defines] + \
                 [f"-I{d}".encode() for d in ph.include_dirs()]
-            prog = ph._ok(nvrtc.nvrtcCreateProgram(src.encode(), b"prefill64.cu", 0, [], []), "create")
-            rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-            n = ph._ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
-            buf = b" " * n
-            nvrtc.nvrtcGetProgramLog(prog, buf)
-            txt = buf.decode(errors="replace").strip("\x00 \n")
-            if txt:
-                log("NVRTC log:", txt[:3000])
-            if int(rc) != 0:
-                raise RuntimeError("NVRTC failed: " + txt[:3000])
-            n = ph._ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
-            cubin = b" " * n
-            ph._ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
+            cubin = ph.compile_cubin(src, "prefill64.cu", opts)
             self.modules.append(ph._ok(cu.cuModuleLoadData(cubin), "load"))
         WS = self.walk_smem
         A = cu.CUfunction_attribute

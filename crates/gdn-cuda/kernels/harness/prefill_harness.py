@@ -106,6 +106,24 @@ def include_dirs():
     return dirs
 
 
+def compile_cubin(src, name, opts):
+    """NVRTC: `src` (file name `name`) with `opts` (bytes) to a CUBIN; the log goes to `log`, a failure raises."""
+    prog = _ok(nvrtc.nvrtcCreateProgram(src.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
+    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+    n = _ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
+    buf = b" " * n
+    nvrtc.nvrtcGetProgramLog(prog, buf)
+    logtxt = buf.decode(errors="replace").strip("\x00 \n")
+    if logtxt:
+        log("NVRTC log:", logtxt[:3000])
+    if int(rc) != 0:
+        raise RuntimeError(f"NVRTC failed ({name}): {logtxt[:3000]}")
+    n = _ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
+    cubin = b" " * n
+    _ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
+    return cubin
+
+
 class Module:
     def __init__(self, np_, defines=(), src_path=None):
         self.np = np_  # None: the per-variant defaults (production); n: -DGDN_NP=n for every variant
@@ -119,19 +137,7 @@ class Module:
         if "prof" in ARGS:
             opts.append(b"-lineinfo")
         t = time.time()
-        prog = _ok(nvrtc.nvrtcCreateProgram(src.encode(), b"prefill.cu", 0, [], []), "nvrtcCreateProgram")
-        rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-        n = _ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
-        buf = b" " * n
-        nvrtc.nvrtcGetProgramLog(prog, buf)
-        logtxt = buf.decode(errors="replace").strip("\x00 \n")
-        if logtxt:
-            log("NVRTC log:", logtxt[:3000])
-        if int(rc) != 0:
-            raise RuntimeError(f"NVRTC failed: {logtxt[:3000]}")
-        n = _ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
-        cubin = b" " * n
-        _ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
+        cubin = compile_cubin(src, "prefill.cu", opts)
         if os.environ.get("SAVE_CUBIN"):  # for cuobjdump -sass on the device
             with open(f"{OUT}/prefill{self.tag or '_prod'}.cubin", "wb") as f:
                 f.write(cubin)
