@@ -31,7 +31,7 @@
 //!     rows per CTA when N·HV·16 CTAs fit one wave (`cp_scan_kernel`), else 16; pass 3: segments 1.. for
 //!     real). The passes' walk CTAs hold one warpgroup (a 64-row value half: `…_cp_pass{1,3}_*`) or two (a
 //!     whole head: `…_cp_pass{1,3}w_*`, plan kind **cp2**; more rows per SM, half the CTAs, so about twice
-//!     the segments for the same fill). Picked when its best estimate (`cost::best_cp`: either walk form, G
+//!     the segments for the same fill). Picked when its best estimate (`cost::cp_candidates`: either walk form, G
 //!     segments of the longest sequence, 3 ≤ G ≤ 64, segments ≥ 4 chunks, pass 3 in one wave of CTAs and
 //!     pass 1 in at most two) beats the fused one: few long sequences, or one long sequence among short ones
 //!     when the caller gives its length. Nothing is read on the host: without a hint the lengths are taken
@@ -703,12 +703,10 @@ pub fn choose_prefill(
         }
         Family::Prefill64Prep | Family::Prefill64Walk => chunk64(s, caps, forced_why),
         Family::Prefill64CpPass1 | Family::Prefill64CpScan | Family::Prefill64CpPass3 => {
-            // a scan names no walk form: one warpgroup
-            let wg = registry::walk_warpgroups(v).min(2) as u64;
-            let wg = if v.family == Family::Prefill64CpScan {
-                1
-            } else {
-                wg
+            // a pass names its walk form; a scan names none: one warpgroup
+            let wg = match v.family {
+                Family::Prefill64CpScan => 1,
+                _ => registry::walk_warpgroups(v) as u64,
             };
             let g = cp_forced_segments(s, caps.sm_count as u64, wg);
             context_parallel(s, caps, (g, cp_seg_chunks(s, g), wg), forced_why)
