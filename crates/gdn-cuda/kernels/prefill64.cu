@@ -79,21 +79,24 @@ constexpr int C = 64;              // chunk length (tokens)
 constexpr int D = 128;             // head dim (K = V = 128)
 constexpr int LDF = C + 4;         // padded f32 row stride of 64-column f32 tiles (272 B)
 
-// ---- workspace record per (chunk, value head), written by prep, read by walk: four bf16 tiles [64 rows t][64
-// columns t'] — Tb hi, Tb lo, P hi, P lo — each a [64][128 B] panel in the 128-byte-swizzled layout wgmma reads
-// (the 16-byte piece j of row r lives at piece j ^ (r & 7)), then the e-vectors. The walk moves the record with one
-// bulk copy into a 1024-byte-aligned slot, so the swizzle phase (address bits 7-9) matches the row.
-// (v5: no Tg = T diag(β e^γ) tiles. The walk forms Z Tgᵀ as (Z diag(e^γ)) Tbᵀ — the same product, its column
-// scaling applied to Z in registers — so the record is 2/3 of its former 49,920 bytes: prep writes and both walk
-// passes read a third less. An fp64 emulation of both forms gives the same errors to 3 digits.)
+// ---- workspace record per (chunk, value head), written by prep, read by walk (v7): two fp16 tiles [64 rows t][64
+// columns t'] — Tb' = Tb / sT and P' = P / sP, sT and sP powers of two that bring each tile's largest magnitude to
+// [0.5, 1) — each a [64][128 B] panel in the 128-byte-swizzled layout wgmma reads (the 16-byte piece j of row r
+// lives at piece j ^ (r & 7)), then the e-vectors. The walk moves the record with one bulk copy into a
+// 1024-byte-aligned slot, so the swizzle phase (address bits 7-9) matches the row.
+// (v5: no Tg = T diag(β e^γ) tiles; the walk applies e^γ to Z in registers. v7: one fp16 tile each where v5/v6 kept
+// Tb and P as hi + lo bf16 pairs: fp16's 11-bit mantissa with a per-tile power-of-two scale (the range of bf16, no
+// overflow) gives the errors of the pairs in session 11's fp64 emulation, and the record is half its size: 17,408
+// bytes, written once by prep and read by both walk passes.)
 constexpr int WG_TILE = C * 128;                   // 8192
-constexpr int WG_NTILE = 4;
-// e-vectors, f32 [64] each: scale·e^{γ_i} (EGQ), e^{γ_C − γ_i} (EC), e^{γ_C} (EGC, then 63 zeros), e^{γ_i} (EG)
+constexpr int WG_NTILE = 2;
+// e-vectors, f32 [64] each: scale·e^{γ_i} (EGQ), e^{γ_C − γ_i} (EC), [e^{γ_C}, sT, sP, then 61 zeros] (EGC),
+// e^{γ_i} (EG)
 constexpr int WG_E = WG_NTILE * WG_TILE;
-constexpr int WS_CHUNK_BYTES = WG_E + 4 * 4 * C;   // 33792
-static_assert(WS_CHUNK_BYTES == 33792 && WS_CHUNK_BYTES % 256 == 0, "workspace record (mirrored by the Rust runtime)");
+constexpr int WS_CHUNK_BYTES = WG_E + 4 * 4 * C;   // 17408
+static_assert(WS_CHUNK_BYTES == 17408 && WS_CHUNK_BYTES % 256 == 0, "workspace record (mirrored by the Rust runtime)");
 
-// Byte offset of the bf16 pair (r, c..c+1) of record tile `tile` (0 Tb hi, 1 Tb lo, 2 P hi, 3 P lo).
+// Byte offset of the f16 pair (r, c..c+1) of record tile `tile` (0 Tb', 1 P').
 __device__ __forceinline__ int rec_pair(int tile, int r, int c) {
     return tile * WG_TILE + r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + ((c & 7) << 1);
 }
@@ -145,23 +148,42 @@ __device__ __forceinline__ void wgmma_m64n128(float* d, const u32* a, u64 desc, 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(TNSP_B));
 }
 
-// D[64 x 64] (+)= A[64 x 16] (registers, bf16) . B[16 x 64] (shared memory descriptor, bf16); fp32 D.
-template <int TNSP_B>
-__device__ __forceinline__ void wgmma_m64n64(float* d, const u32* a, u64 desc, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{" 
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-        "}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(TNSP_B));
-}
+// D[64 x 64] (+)= A[64 x 16] (registers) . B[16 x 64] (shared memory descriptor); fp32 D. Operand type TY: bf16
+// (wgmma_m64n64: the state's products) or f16 (wgmma_m64n64_f16, v7: the products with the record's scaled tiles).
+#define GDN_WGMMA_M64N64_RS(NAME, TY)                                                                                  \
+    template <int TNSP_B>                                                                                              \
+    __device__ __forceinline__ void NAME(float* d, const u32* a, u64 desc, int accumulate) {                           \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                    \
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                      \
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                         \
+                     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"                                 \
+                     "}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"                                                  \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+                       "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),        \
+                       "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),     \
+                       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),     \
+                       "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                              \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(accumulate), "n"(TNSP_B));           \
+    }
+GDN_WGMMA_M64N64_RS(wgmma_m64n64, "bf16")
+GDN_WGMMA_M64N64_RS(wgmma_m64n64_f16, "f16")
+#undef GDN_WGMMA_M64N64_RS
 
+// Two floats as an f16 pair (lo in the low 16 bits), round to nearest even.
+__device__ __forceinline__ u32 pack_f16(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  // hi to the upper 16 bits
+    return r;
+}
+// v7: the power of two that brings a block whose largest magnitude is m (>= 0) to [0.5, 1): inv = 2^-(e+1) for
+// m in [2^e, 2^(e+1)), and mul = 1 / inv; both exact and normal (the biased exponent is clamped to 252: m >= 2^126
+// lands in [0.5, 4), zero or a subnormal m gets inv = 2^126). fmaxf drops NaN, so a NaN input leaves the scale
+// finite and propagates through its own products.
+__device__ __forceinline__ void pow2_scale(float m, float& inv, float& mul) {
+    const int eb = min((int)(__float_as_uint(m) >> 23) & 0xff, 252);
+    inv = __uint_as_float((u32)(253 - eb) << 23);
+    mul = __uint_as_float((u32)(eb + 1) << 23);
+}
 
 // Byte offset of the 16-byte piece j of row r in a swizzled [rows][128 B] panel.
 __device__ __forceinline__ u32 swz(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
@@ -205,9 +227,10 @@ constexpr int PT_OFF = 0;                          // T f32 [64][68] over the K/
 constexpr int PA_OFF = C * LDF * 4;                // A f32 [64][68] (17408), over the rest of them
 constexpr int PG_OFF = PA_OFF + C * LDF * 4;       // γ f32 [64]
 constexpr int PB_OFF = PG_OFF + 4 * C;             // β f32 [64]
-constexpr int PREP_SMEM = PB_OFF + 4 * C + 1024;   // + slack to align the base to 1024 B
+constexpr int PR_OFF = PB_OFF + 4 * C;             // per-warp maxima f32 [2][4] (v7: the tiles' scales)
+constexpr int PREP_SMEM = PR_OFF + 32 + 1024;      // + slack to align the base to 1024 B
 static_assert(PG_OFF >= PKQ_OFF + 2 * 128 * 128, "γ / β do not alias the K / Q panels");
-static_assert(PREP_SMEM == 36352, "prep smem (mirrored by the Rust runtime)");
+static_assert(PREP_SMEM == 36384, "prep smem (mirrored by the Rust runtime)");
 
 // First workspace slot of sequence i.
 __device__ __forceinline__ i64 seq_slot(const i64* cu, i64 i) { return cu[i] / C + i; }
@@ -241,6 +264,7 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     float* Tf = reinterpret_cast<float*>(smem + PT_OFF);
     float* gam_s = reinterpret_cast<float*>(smem + PG_OFF);
     float* beta_s = reinterpret_cast<float*>(smem + PB_OFF);
+    float* wmax = reinterpret_cast<float*>(smem + PR_OFF);
     unsigned char* rec = reinterpret_cast<unsigned char*>(p.workspace) + (slot * HV + h) * (i64)WS_CHUNK_BYTES;
 
     // ---- K, Q rows (cp.async, zero-filled past the end) into the swizzled panels. (Per-row bulk copies issued by one
@@ -304,8 +328,10 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
         const int r = e >> 6, c = e & 63;
         if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
     }
-    // ---- A (f32, smem, row-major, zero on and above the diagonal) and P (hi/lo bf16, straight to the record)
+    // ---- A (f32, smem, row-major, zero on and above the diagonal) and P (registers until its scale is known)
+    float pv[8][2][2];
     {
+        float pm = 0.f;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -313,22 +339,34 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
                 const int i = 16 * warp + g + 8 * hr;
                 const int j0 = 8 * nt + 2 * t;
                 const float gi = gam_s[i], bi = beta_s[i];
-                float av[2], pv[2];
+                float av[2];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int j = j0 + e;
                     const float dec = __expf(fminf(gi - gam_s[j], 0.f));
                     av[e] = i > j ? bi * kk[nt][2 * hr + e] * dec : 0.f;
-                    pv[e] = i >= j ? p.scale * qk[nt][2 * hr + e] * dec : 0.f;
+                    pv[nt][hr][e] = i >= j ? p.scale * qk[nt][2 * hr + e] * dec : 0.f;
+                    pm = fmaxf(pm, fabsf(pv[nt][hr][e]));
                 }
                 *reinterpret_cast<float2*>(Af + i * LDF + j0) = make_float2(av[0], av[1]);
-                u32 h2, l2;
-                split_bf16(pv[0], pv[1], h2, l2);
-                *reinterpret_cast<u32*>(rec + rec_pair(2, i, j0)) = h2;
-                *reinterpret_cast<u32*>(rec + rec_pair(3, i, j0)) = l2;
             }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, off));
+        if (lane == 0) wmax[warp] = pm;
     }
     __syncthreads();
+    // P' = P / sP as f16 pairs, straight to the record (v7)
+    float sP;
+    {
+        float inv;
+        pow2_scale(fmaxf(fmaxf(wmax[0], wmax[1]), fmaxf(wmax[2], wmax[3])), inv, sP);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr)
+                *reinterpret_cast<u32*>(rec + rec_pair(1, 16 * warp + g + 8 * hr, 8 * nt + 2 * t)) =
+                    pack_f16(pv[nt][hr][0] * inv, pv[nt][hr][1] * inv);
+    }
     // ---- diagonal blocks: warp w inverts I + A_ww by forward substitution (lane c < 16 owns column c).
     {
         const int c = lane & 15, b0 = 16 * warp;
@@ -404,16 +442,27 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
             __syncthreads();
         }
     }
-    // ---- Tb = T diag(β) as hi/lo bf16 (coalesced 4-byte stores), e-vectors
+    // ---- Tb' = T diag(β) / sT as f16 pairs (v7; coalesced 4-byte stores), e-vectors
     {
         const float gC = gam_s[C - 1];
-#pragma unroll 4
+        float tb[16][2], tm = 0.f;
+#pragma unroll
         for (int m = 0; m < (C * C / 2) / 128; ++m) {
             const int e = m * 128 + tid, r = e >> 5, c = 2 * (e & 31);
-            u32 h2, l2;
-            split_bf16(Tf[r * LDF + c] * beta_s[c], Tf[r * LDF + c + 1] * beta_s[c + 1], h2, l2);
-            *reinterpret_cast<u32*>(rec + rec_pair(0, r, c)) = h2;
-            *reinterpret_cast<u32*>(rec + rec_pair(1, r, c)) = l2;
+            tb[m][0] = Tf[r * LDF + c] * beta_s[c];
+            tb[m][1] = Tf[r * LDF + c + 1] * beta_s[c + 1];
+            tm = fmaxf(tm, fmaxf(fabsf(tb[m][0]), fabsf(tb[m][1])));
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, off));
+        if (lane == 0) wmax[4 + warp] = tm;
+        __syncthreads();
+        float inv, sT;
+        pow2_scale(fmaxf(fmaxf(wmax[4], wmax[5]), fmaxf(wmax[6], wmax[7])), inv, sT);
+#pragma unroll
+        for (int m = 0; m < (C * C / 2) / 128; ++m) {
+            const int e = m * 128 + tid, r = e >> 5, c = 2 * (e & 31);
+            *reinterpret_cast<u32*>(rec + rec_pair(0, r, c)) = pack_f16(tb[m][0] * inv, tb[m][1] * inv);
         }
         float* ev = reinterpret_cast<float*>(rec + WG_E);
         if (tid < C) {
@@ -422,7 +471,8 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
             ev[C + tid] = __expf(gC - gam_s[tid]);
             ev[3 * C + tid] = eg;
         } else {
-            ev[2 * C + tid - C] = tid == C ? __expf(gC) : 0.f;
+            const int i = tid - C;
+            ev[2 * C + i] = i == 0 ? __expf(gC) : (i == 1 ? sT : (i == 2 ? sP : 0.f));
         }
     }
 }
@@ -476,7 +526,7 @@ struct WalkLayout {
 };
 constexpr int WALK_SMEM = WalkLayout<1>::SMEM;
 constexpr int WALK2_SMEM = WalkLayout<2>::SMEM;
-static_assert(WALK_SMEM == 159760 && WALK2_SMEM == 185360, "wg walk smem (mirrored by the Rust runtime)");
+static_assert(WALK_SMEM == 126992 && WALK2_SMEM == 152592, "wg walk smem (mirrored by the Rust runtime)");
 
 // A fragment (k-step s, 16 columns) of an m64nN fp32 accumulator, as one bf16.
 __device__ __forceinline__ void acc_to_a(const float* acc, int s, u32* a) {
@@ -485,12 +535,6 @@ __device__ __forceinline__ void acc_to_a(const float* acc, int s, u32* a) {
     a[2] = pack_bf16(acc[8 * s + 4], acc[8 * s + 5]);
     a[3] = pack_bf16(acc[8 * s + 6], acc[8 * s + 7]);
 }
-// The same as a hi + lo pair of bf16 fragments, optionally negated.
-__device__ __forceinline__ void acc_to_a_hilo(const float* acc, int s, float sign, u32* hi, u32* lo) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) split_bf16(sign * acc[8 * s + 2 * i], sign * acc[8 * s + 2 * i + 1], hi[i], lo[i]);
-}
-
 template <int WGS, bool LOADQ>
 __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned char* slot, u32 bar,
                                               const unsigned char* rec, i64 start, int nvalid, int hq, int h, int v0,
@@ -503,9 +547,9 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
         if (LOADQ) {
             mbar_arrive_expect_tx(bar, WS_CHUNK_BYTES);
             bulk_g2s(smem_addr(slot + Lay::REC), rec, WS_CHUNK_BYTES, bar);
-        } else {  // a summary walk reads no P: the Tb tiles and the e-vectors only (v6; half the record's bytes)
-            mbar_arrive_expect_tx(bar, 2 * WG_TILE + 4 * 4 * C);
-            bulk_g2s(smem_addr(slot + Lay::REC), rec, 2 * WG_TILE, bar);
+        } else {  // a summary walk reads no P': the Tb' tile and the e-vectors only
+            mbar_arrive_expect_tx(bar, WG_TILE + 4 * 4 * C);
+            bulk_g2s(smem_addr(slot + Lay::REC), rec, WG_TILE, bar);
             bulk_g2s(smem_addr(slot + Lay::REC + WG_E), rec + WG_E, 4 * 4 * C, bar);
         }
     }
@@ -642,11 +686,11 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         // Descriptors of this slot's operands; every step below adds a constant (address >> 4) to the start field.
         const u64 dkq = wg_desc(kq, 16, 1024), drec = wg_desc(rs, 16, 1024), dupd = wg_desc(kq, WG_UPD_LBO, WG_UPD_SBO);
 
-        // ---- B1: [Z | Y] = Sᵀ [Kᵀ | Qᵀ] (summary: Z = Sᵀ Kᵀ);  U = Vᵀ Tbᵀ (hi + lo; the transition walk: U = 0)
+        // ---- B1: [Z | Y] = Sᵀ [Kᵀ | Qᵀ] (summary: Z = Sᵀ Kᵀ)
         // (every A fragment of a batch is formed before its wgmma.fence: registers written after the fence
         // would make ptxas serialise the batch)
         constexpr int NZY = SUMMARY ? 32 : 64;
-        float ZY[NZY], U[32];
+        float ZY[NZY];
         u32 aS[8][4], aV[4][4];
 #pragma unroll
         for (int s = 0; s < 8; ++s) acc_to_a(S, s, aS[s]);
@@ -662,67 +706,75 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
             else wgmma_m64n128<0>(ZY, aS[s], dk, s > 0);
         }
         wg_commit();
-        if constexpr (loadv) {
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                wgmma_m64n64<0>(U, aV[s], drec + (u64)((0 * WG_TILE + 32 * s) >> 4), s > 0);
-                wgmma_m64n64<0>(U, aV[s], drec + (u64)((1 * WG_TILE + 32 * s) >> 4), 1);
-            }
-            wg_commit();
-        }
         wg_wait0();
         wg_pin<NZY>(ZY);
-        wg_pin<32>(U);
-        if constexpr (!loadv) {
-#pragma unroll
-            for (int i = 0; i < 32; ++i) U[i] = 0.f;
-        }
-        // ---- B2: Vn = U − (Z diag(e^γ)) Tbᵀ  (−Z e^γ as hi + lo, Tb hi + lo: three products)
-        u32 zh[4][4], zl[4][4];
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {  // k-step s: token columns 16s + 2t (+1) and 16s + 8 + 2t (+1)
-            const float2 e0 = *reinterpret_cast<const float2*>(eg + 16 * s + 2 * t);
-            const float2 e1 = *reinterpret_cast<const float2*>(eg + 16 * s + 8 + 2 * t);
-            const float* z = ZY + 8 * s;
-            split_bf16(-z[0] * e0.x, -z[1] * e0.y, zh[s][0], zl[s][0]);
-            split_bf16(-z[2] * e0.x, -z[3] * e0.y, zh[s][1], zl[s][1]);
-            split_bf16(-z[4] * e1.x, -z[5] * e1.y, zh[s][2], zl[s][2]);
-            split_bf16(-z[6] * e1.x, -z[7] * e1.y, zh[s][3], zl[s][3]);
-        }
-        wg_fence();
+        // ---- B2 (v7): Vn = (Vᵀ − Z diag(e^γ)) Tbᵀ as one f16 product. X = Vᵀ − Z e^γ (the transition walk: −Z e^γ)
+        // is formed in fp32 in the accumulator layout (fragment i of k-step s: row g + 8(i & 1), token columns
+        // 16s + 8(i >> 1) + 2t, +1), each value row scaled by a power of two (its largest magnitude over the quad's
+        // 64 columns to [0.5, 1)), rounded to f16 once. Vn = Vs · (rowmul · sT) with Vs the f16 product's result
+        // (|Vs| < 64). (v5/v6: U = Vᵀ Tbᵀ and Z e^γ Tbᵀ as hi + lo bf16 pairs, 20 wgmma instead of 4.)
+        const float sT = ec[C + 1], sP = ec[C + 2];
+        float X[4][8];
+        float rm0 = 0.f, rm1 = 0.f;  // row maxima: rows g (fragments 0, 2) and g + 8 (fragments 1, 3)
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-            const u64 gh = drec + (u64)((0 * WG_TILE + 32 * s) >> 4), gl = drec + (u64)((1 * WG_TILE + 32 * s) >> 4);
-            wgmma_m64n64<0>(U, zh[s], gh, 1);
-            wgmma_m64n64<0>(U, zl[s], gh, 1);
-            wgmma_m64n64<0>(U, zh[s], gl, 1);
-        }
-        wg_commit();
-        wg_wait0();
-        wg_pin<32>(U);
-        // ---- B3: O = e^γ ⊙ Y + Vn Pᵀ (onto Y's registers);  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K
-        float O[32];  // its own registers (accumulating onto ZY's upper half made ptxas serialise every wgmma)
-        if constexpr (!SUMMARY) {
+            const float2 e0 = *reinterpret_cast<const float2*>(eg + 16 * s + 2 * t);
+            const float2 e1 = *reinterpret_cast<const float2*>(eg + 16 * s + 8 + 2 * t);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float e0 = egq[8 * j + 2 * t], e1 = egq[8 * j + 2 * t + 1];
-                O[4 * j] = ZY[32 + 4 * j] * e0; O[4 * j + 1] = ZY[33 + 4 * j] * e1;
-                O[4 * j + 2] = ZY[34 + 4 * j] * e0; O[4 * j + 3] = ZY[35 + 4 * j] * e1;
+            for (int i = 0; i < 4; ++i) {
+                const float2 e = i < 2 ? e0 : e1;
+                float v0 = 0.f, v1 = 0.f;
+                if constexpr (loadv) {
+                    v0 = __uint_as_float(aV[s][i] << 16);
+                    v1 = __uint_as_float(aV[s][i] & 0xffff0000u);
+                }
+                X[s][2 * i] = fmaf(-ZY[8 * s + 2 * i], e.x, v0);
+                X[s][2 * i + 1] = fmaf(-ZY[8 * s + 2 * i + 1], e.y, v1);
+                const float m = fmaxf(fabsf(X[s][2 * i]), fabsf(X[s][2 * i + 1]));
+                if (i & 1) rm1 = fmaxf(rm1, m); else rm0 = fmaxf(rm0, m);
             }
         }
+        rm0 = fmaxf(rm0, __shfl_xor_sync(0xffffffffu, rm0, 1));
+        rm1 = fmaxf(rm1, __shfl_xor_sync(0xffffffffu, rm1, 1));
+        rm0 = fmaxf(rm0, __shfl_xor_sync(0xffffffffu, rm0, 2));
+        rm1 = fmaxf(rm1, __shfl_xor_sync(0xffffffffu, rm1, 2));
+        float inv0, inv1, mul0, mul1;
+        pow2_scale(rm0, inv0, mul0);
+        pow2_scale(rm1, inv1, mul1);
+        u32 ax[4][4];
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float iv = (i & 1) ? inv1 : inv0;
+                ax[s][i] = pack_f16(X[s][2 * i] * iv, X[s][2 * i + 1] * iv);
+            }
+        float Vs[32];
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s) wgmma_m64n64_f16<0>(Vs, ax[s], drec + (u64)((32 * s) >> 4), s > 0);
+        wg_commit();
+        wg_wait0();
+        wg_pin<32>(Vs);
+        mul0 *= sT;  // Vn rows g, g + 8 = Vs · mul
+        mul1 *= sT;
+        // ---- B3: Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K;  O = e^γ ⊙ Y + sP · Vn P'ᵀ (A = Vs as f16, |Vs| < 64)
+        float O[32];  // its own registers (accumulating onto ZY's upper half made ptxas serialise every wgmma)
 #pragma unroll
         for (int i = 0; i < 64; ++i) S[i] *= egc;
         u32 vnu[4][4];
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const float e0 = ec[8 * j + 2 * t], e1 = ec[8 * j + 2 * t + 1];
-            vnu[j >> 1][2 * (j & 1)] = pack_bf16(U[4 * j] * e0, U[4 * j + 1] * e1);
-            vnu[j >> 1][2 * (j & 1) + 1] = pack_bf16(U[4 * j + 2] * e0, U[4 * j + 3] * e1);
+            vnu[j >> 1][2 * (j & 1)] = pack_bf16(Vs[4 * j] * mul0 * e0, Vs[4 * j + 1] * mul0 * e1);
+            vnu[j >> 1][2 * (j & 1) + 1] = pack_bf16(Vs[4 * j + 2] * mul1 * e0, Vs[4 * j + 3] * mul1 * e1);
         }
-        u32 vnh[4][4], vnl[4][4];
+        u32 vnh[4][4];
         if constexpr (!SUMMARY) {
 #pragma unroll
-            for (int s = 0; s < 4; ++s) acc_to_a_hilo(U, s, 1.f, vnh[s], vnl[s]);
+            for (int s = 0; s < 4; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) vnh[s][i] = pack_f16(Vs[8 * s + 2 * i], Vs[8 * s + 2 * i + 1]);
         }
         wg_fence();
 #pragma unroll
@@ -731,18 +783,22 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         wg_commit();  // (the state update first, in its own group: with both in one group ptxas serialises)
         if constexpr (!SUMMARY) {
 #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                const u64 ph = drec + (u64)((2 * WG_TILE + 32 * s) >> 4), pl = drec + (u64)((3 * WG_TILE + 32 * s) >> 4);
-                wgmma_m64n64<0>(O, vnh[s], ph, 1);
-                wgmma_m64n64<0>(O, vnl[s], ph, 1);
-                wgmma_m64n64<0>(O, vnh[s], pl, 1);
-            }
+            for (int s = 0; s < 4; ++s) wgmma_m64n64_f16<0>(O, vnh[s], drec + (u64)((WG_TILE + 32 * s) >> 4), s > 0);
             wg_commit();
         }
         wg_wait0();
         wg_pin<64>(S);
         if constexpr (!SUMMARY) {
             wg_pin<32>(O);
+            const float o0 = mul0 * sP, o1 = mul1 * sP;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float e0 = egq[8 * j + 2 * t], e1 = egq[8 * j + 2 * t + 1];
+                O[4 * j] = fmaf(O[4 * j], o0, ZY[32 + 4 * j] * e0);
+                O[4 * j + 1] = fmaf(O[4 * j + 1], o0, ZY[33 + 4 * j] * e1);
+                O[4 * j + 2] = fmaf(O[4 * j + 2], o1, ZY[34 + 4 * j] * e0);
+                O[4 * j + 3] = fmaf(O[4 * j + 3], o1, ZY[35 + 4 * j] * e1);
+            }
             // ---- outputs: stage [token][v] in shared memory (transposing stmatrix), then 16-byte stores
 #pragma unroll
             for (int q = 0; q < 4; ++q)

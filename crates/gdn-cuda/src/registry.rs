@@ -162,17 +162,17 @@ pub mod prefill {
 /// after changing the kernel, change the number here.
 pub mod prefill64 {
     /// Dynamic shared memory of `gdn_prefill64_prep` (bytes) = `gdn_prefill64::PREP_SMEM`.
-    pub const PREP_SMEM: u32 = 36_352;
+    pub const PREP_SMEM: u32 = 36_384;
     /// Dynamic shared memory of `gdn_prefill64_walk_*` (bytes) = `gdn_prefill64::WALK_SMEM` (includes
     /// 1 KB of slack: the kernel aligns its swizzled operand panels to 1024 B).
-    pub const WALK_SMEM: u32 = 159_760;
+    pub const WALK_SMEM: u32 = 126_992;
     /// Workspace bytes per (chunk slot, value head) = `gdn_prefill64::WS_CHUNK_BYTES`.
-    pub const WS_CHUNK_BYTES: u64 = 33_792;
+    pub const WS_CHUNK_BYTES: u64 = 17_408;
     /// Threads per block of the prep, the walks and the one-warpgroup cp passes (one warpgroup).
     pub const BLOCK: u32 = 128;
     /// Dynamic shared memory (bytes) of the two-warpgroup cp passes `gdn_prefill64_cp_pass{1,3}w_*`
     /// = `gdn_prefill64::WALK2_SMEM`; their block is two warpgroups, `2 · BLOCK`.
-    pub const WALK2_SMEM: u32 = 185_360;
+    pub const WALK2_SMEM: u32 = 152_592;
     /// Walk CTAs per (sequence, value head): grid.x = N · HV · WALK_CTAS_PER_HEAD (one warpgroup per
     /// 64-row value half).
     pub const WALK_CTAS_PER_HEAD: u32 = 2;
@@ -747,7 +747,7 @@ mod tests {
         let wide = checks_appendix(&PREFILL64_WIDE);
         assert_eq!(wide.matches("gdn_registry_check<").count(), 4 + 1);
         assert_eq!(
-            wide.matches("(gdn_prefill64::WALK2_SMEM), 185360>").count(),
+            wide.matches("(gdn_prefill64::WALK2_SMEM), 152592>").count(),
             4
         );
         assert!(!wide.contains("WALK_SMEM)") && !wide.contains("PREP_SMEM"));
