@@ -11,11 +11,13 @@
 //! batch of 44 sequences whose longest has 5,637 tokens: 433 µs where the narrowest tile takes 306 and
 //! context parallelism 235 (results/prefill_plans.md).
 //!
-//! Calibration: H200 (132 SMs), CUPTI kernel time with the L2 flushed, fp32 state, qk4_v8, session 12's
-//! sweeps (2026-11-21): the 25 contest-mix workloads of ≥ 2048 tokens at every fused tile width and both cp walk
-//! forms at 7–8 segment lengths each (`prefill64_harness.py mixlong`, results/2026-11-21-h200-s12-mixlong.json),
-//! and single sequences of 2K–64K tokens (results/prefill64_s12.md); fitted on log error per part
-//! (results/prefill64_s13.md). `tests/cost.rs` replays the mix table. Times scale with 132 / SMs.
+//! Calibration: H200 (132 SMs), CUPTI kernel time with the L2 flushed, fp32 state, qk4_v8. The chunk64 / cp
+//! constants (prep, walk forms) come from session 14's sweeps of the v7 kernels (f16 record): the 25
+//! contest-mix workloads of ≥ 2048 tokens with chunk64 and both cp walk forms at 7–8 segment lengths each
+//! (`prefill64_harness.py mixlong`, results/2026-11-21-h200-s14-mixlong.json) and single sequences of 2K–64K
+//! tokens at 7 segment lengths (results/2026-11-21-h200-s14-single.json), fitted on log error per part by
+//! `kernels/harness/fit_cost.py` (results/prefill64_s14.md); the fused and scan constants are session 13's
+//! (their kernels did not change). `tests/cost.rs` replays the mix table. Times scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
@@ -65,27 +67,27 @@ impl WalkForm {
     }
 }
 
-/// The walk forms, one warpgroup first (the chunk64 plan's). Two warpgroups walk 128 rows in 3.5 µs per
-/// chunk where one takes 2.6 for 64: a throughput form, for grids that fill the GPU.
+/// The walk forms, one warpgroup first (the chunk64 plan's). Two warpgroups walk 128 rows in 2.8 µs per
+/// chunk where one takes 2.2 for 64: a throughput form, for grids that fill the GPU.
 pub const WALK_FORMS: [WalkForm; 2] = [
     WalkForm {
         warpgroups: 1,
-        walk_chunk_us: 2.6,
-        summary_chunk_us: 1.2,
-        walk_cta_us: 6.2,
-        pass3_cta_us: 2.0,
+        walk_chunk_us: 2.16,
+        summary_chunk_us: 1.09,
+        walk_cta_us: 5.7,
+        pass3_cta_us: 0.87,
     },
     WalkForm {
         warpgroups: 2,
-        walk_chunk_us: 3.5,
-        summary_chunk_us: 1.6,
-        walk_cta_us: 8.1,
-        pass3_cta_us: 8.2,
+        walk_chunk_us: 2.83,
+        summary_chunk_us: 1.82,
+        walk_cta_us: 6.3,
+        pass3_cta_us: 4.3,
     },
 ];
 /// Prep: fixed µs, and SM·µs per (64-token chunk, value head).
-pub const PREP_FIXED_US: f64 = 7.0;
-pub const PREP_CHUNK_SM_US: f64 = 3.3;
+pub const PREP_FIXED_US: f64 = 6.4;
+pub const PREP_CHUNK_SM_US: f64 = 3.17;
 /// Scan, by kernel (its CTAs per (sequence, value head): 16 = `gdn_prefill64_cp_scan8`, 8 = `…_cp_scan`):
 /// fixed µs and µs per dependent step (one per segment after the second).
 pub const SCAN_US: [(u32, f64, f64); 2] = [

@@ -10,7 +10,7 @@
 //!   other head counts; not measured beyond qk4_v8).
 //! * Prefill has three plans (`choose_prefill`), chosen by the cost model of `cost.rs` (estimated µs from
 //!   T, N, HV, the SM count and — when the caller gives it — the longest sequence's length; calibrated on the
-//!   H200, results/prefill_plans.md; refit in session 13, results/prefill64_s13.md):
+//!   H200, results/prefill_plans.md; refit in sessions 13 and 14, results/prefill64_s14.md):
 //!   - **fused** (`prefill.cu`, results/prefill_kernels.md): one kernel; each CTA owns BV value columns of
 //!     one (sequence, value head) and redoes the chunk preparation that all BV-tiles of a head share. With
 //!     the longest length known, BV = the tile width with the smallest estimate: wide tiles do less work in
@@ -21,10 +21,11 @@
 //!   - **chunk64** (`prefill64.cu`): two launches on the stream: `gdn_prefill64_prep` prepares every
 //!     64-token chunk of every (sequence, value head) into a device workspace in parallel over chunks, then
 //!     `gdn_prefill64_walk_{f32,bf16}` walks each sequence's chunks on wgmma (N·HV·2 CTAs, one warpgroup per
-//!     64-row value half). Slower than the fused plan in every measured configuration (results/prefill64.md),
-//!     so the automatic rule picks it only where the fused kernels cannot run: an odd HV, when cp is not
-//!     estimated faster (if its workspace `(T/64 + N + 1)·HV·WS_CHUNK_BYTES ≤ CHUNK64_WORKSPACE_CAP` and its
-//!     launches fit; otherwise the call is rejected as `OddValueHeads`).
+//!     64-row value half). Picked when its estimate (`cost::cp_us` with one segment) is the smallest: since
+//!     the v7 walk (session 14) that happens on many medium sequences (6 of the mix's 25 long workloads,
+//!     3–11% under the best fused tile, results/prefill64_s14.md); and where the fused kernels cannot run:
+//!     an odd HV, when cp is not estimated faster (if its workspace `(T/64 + N + 1)·HV·WS_CHUNK_BYTES ≤
+//!     CHUNK64_WORKSPACE_CAP` and its launches fit; otherwise the call is rejected as `OddValueHeads`).
 //!   - **cp** (context parallel, `prefill64.cu`): the chunk64 prep, then three launches that cut each
 //!     sequence into segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
 //!     transition and a zero-state summary of each middle segment; scan: the segments' start states, 8 value
@@ -883,11 +884,16 @@ fn configure_grid(
 fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Rejection> {
     let sms = (caps.sm_count as u64).max(1);
     let odd = !s.num_v_heads.is_multiple_of(2);
-    let (base_us, base) = if odd {
-        (cost::cp_us(s, 1, &cost::WALK_FORMS[0], sms).us, "chunk64")
+    let chunk64_us = cost::cp_us(s, 1, &cost::WALK_FORMS[0], sms).us;
+    let fused_us = if odd {
+        f64::INFINITY
     } else {
-        let us = fused_tile(s, sms).map_or(f64::INFINITY, |x| x.1);
-        (us, "fused")
+        fused_tile(s, sms).map_or(f64::INFINITY, |x| x.1)
+    };
+    let (base_us, base) = if chunk64_us < fused_us {
+        (chunk64_us, "chunk64")
+    } else {
+        (fused_us, "fused")
     };
     // the cheaper walk form first; one that cannot run here (shared memory, workspace, grid) yields to the other
     for e in cost::cp_candidates(s, sms)
@@ -910,6 +916,12 @@ fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Reject
     if odd {
         let reason = format!("odd num_v_heads {}: only chunk64 runs it", s.num_v_heads);
         return chunk64(s, caps, reason).map_err(|_| Rejection::OddValueHeads { v: s.num_v_heads });
+    }
+    if base == "chunk64" {
+        let why = format!("chunk64: estimate {chunk64_us:.0} us < fused {fused_us:.0} us");
+        if let Ok(plan) = chunk64(s, caps, why) {
+            return Ok(plan);
+        }
     }
     let mut variant = choose(s, caps, None)?;
     variant.why = format!("fused: {}", variant.why);

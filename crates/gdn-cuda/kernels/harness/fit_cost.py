@@ -1,0 +1,158 @@
+"""Refit the chunk64 / cp constants of crates/gdn-cuda/src/cost.rs from harness sweeps (no GPU needed).
+
+    python3 fit_cost.py MIXLONG.json [SINGLE.json] [--table]
+
+MIXLONG.json: `prefill64_harness.py mixlong` output (the contest mix's 25 workloads of >= 2048 tokens: every fused
+tile, chunk64, both cp walk forms at 7-8 segment lengths, CUPTI parts). SINGLE.json (optional): `cpab` output with
+AB_BUILDS="base;base,WGS2" on single sequences (rows: ab, config "1xT", L, prep_us, pass1_us, pass3_us).
+
+Mirrors cost.rs (`Lengths::of` with the longest length as hint, `cp_us`): prep, pass 1 and pass 3 are fitted on
+squared log error, each part on its own (the scan and fused constants are left alone: their kernels are separate).
+Prints the constants, the error of each part and of the cp total (the scan from cost.rs), and with --table the
+MEASURED rows of crates/gdn-cuda/tests/cost.rs.
+"""
+import json, math, sys
+
+import numpy as np
+
+SMS, HV, C = 132, 8, 64
+SCAN_US = {16: (1.6, 2.7), 8: (0.8, 4.6)}  # cost.rs SCAN_US: CTAs per head -> (fixed, per step)
+SCAN_WAVE_US = 0.65
+
+
+def lengths(T, N, longest):
+    even = -(-T // N)
+    longest = min(max(longest, even), max(T, even))
+    return longest, max(1, min(N, T // longest))
+
+
+def parts(T, N, longest, L, wg, p):
+    """(prep, pass1, scan, pass3) of cp_us at segment length L; p = dict of the fitted constants."""
+    longest, long_seqs = lengths(T, N, longest)
+    nch = max(1, -(-longest // C))
+    segs = -(-nch // L)
+    W, S, CT, C3 = p[f"W{wg}"], p[f"S{wg}"], p[f"C{wg}"], p[f"C3_{wg}"]
+    cph = 2 // wg
+    chains = long_seqs * HV * cph
+    prep = p["PF"] + p["PC"] * HV * (T / C + N / 2) / SMS
+    short_tokens = T - long_seqs * longest
+    short_seqs = N - long_seqs
+    seg_walk = L * W + CT
+    work1 = chains * seg_walk + 2 * chains * max(segs - 2, 0) * (L * S + CT) + \
+        (short_tokens / C * W + short_seqs * (CT + W / 2)) * HV * cph
+    pass1 = max(seg_walk, work1 / SMS)
+    if segs < 2:
+        return prep, pass1, 0.0, 0.0
+    rest = (-(-short_tokens // C)) // L * HV * cph
+    per_head = 16 if N * HV * 16 <= SMS else 8
+    fixed, step = SCAN_US[per_head]
+    scan = fixed + step * max(segs - 2, 0) + SCAN_WAVE_US * (N * HV * per_head) / SMS
+    pass3 = max(L * W + C3, (chains * (segs - 1) + rest) * seg_walk / SMS)
+    return prep, pass1, scan, pass3
+
+
+def points(mix, single):
+    """(T, N, longest, L, wg, measured parts dict) for every cp / chunk64 measurement."""
+    out = []
+    for r in mix["timings"]:
+        T, N, mx = r["T"], r["N"], r["max_len"]
+        out.append((T, N, mx, -(-mx // C), 1, {"total": r["chunk64"]}))  # chunk64: one segment of the longest
+        for k, v in r.items():
+            if k.startswith(("cp_G", "cp2_G")):
+                out.append((T, N, mx, v["L"], 2 if k.startswith("cp2") else 1,
+                            {"prep": v["prep"], "pass1": v["pass1"], "pass3": v["pass3"], "total": v["median_us"]}))
+    for r in (single or {}).get("timings", []):
+        T = int(r["config"].split("x")[1]) * int(r["config"].split("x")[0])
+        N = int(r["config"].split("x")[0])
+        wg = 2 if "WGS2" in r["ab"] else 1
+        if r["L"] == 0:
+            if wg == 1:
+                out.append((T, N, T // N, -(-(T // N) // C), 1, {"total": r["median_us"]}))
+            continue
+        out.append((T, N, T // N, r["L"], wg, {"prep": r["prep_us"], "pass1": r["pass1_us"], "pass3": r["pass3_us"],
+                                              "total": r["median_us"]}))
+    return out
+
+
+def loss(p, pts, keys):
+    e = []
+    for T, N, mx, L, wg, m in pts:
+        pr, p1, sc, p3 = parts(T, N, mx, L, wg, p)
+        est = {"prep": pr, "pass1": p1, "pass3": p3}
+        if "pass1" not in m and "pass1" in keys and wg == 1:  # chunk64 total = prep + walk
+            e.append(math.log((pr + p1) / m["total"]))
+        for k in keys:
+            if k in m and est[k] > 0:
+                e.append(math.log(est[k] / m[k]))
+    return float(np.mean(np.square(e))) if e else 0.0
+
+
+def nelder_mead(f, x0, iters=300, step=0.15):
+    n = len(x0)
+    pts = [np.array(x0, float)] + [np.array(x0, float) * (1 + step * (np.arange(n) == i)) for i in range(n)]
+    vals = [f(x) for x in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        cen = np.mean(pts[:-1], axis=0)
+        xr = cen + (cen - pts[-1]); fr = f(xr)
+        if fr < vals[0]:
+            xe = cen + 2 * (cen - pts[-1]); fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = cen + 0.5 * (pts[-1] - cen); fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0]] + [pts[0] + 0.5 * (x - pts[0]) for x in pts[1:]]
+                vals = [vals[0]] + [f(x) for x in pts[1:]]
+    i = int(np.argmin(vals))
+    return pts[i], vals[i]
+
+
+def fit(pts, p, names, keys):
+    f = lambda x: loss({**p, **dict(zip(names, np.abs(x)))}, pts, keys)
+    x, v = nelder_mead(f, [p[n] for n in names])
+    p.update(dict(zip(names, np.abs(x))))
+    return v
+
+
+def main():
+    mix = json.load(open(sys.argv[1]))
+    single = json.load(open(sys.argv[2])) if len(sys.argv) > 2 and not sys.argv[2].startswith("--") else None
+    pts = points(mix, single)
+    # start: the session-13 constants
+    p = {"PF": 7.0, "PC": 3.3, "W1": 2.6, "S1": 1.2, "C1": 6.2, "C3_1": 2.0, "W2": 3.5, "S2": 1.6, "C2": 8.1,
+         "C3_2": 8.2}
+    print("rms log error at the start:", {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "pass3")})
+    fit(pts, p, ["PF", "PC"], ["prep"])
+    for _ in range(2):  # pass 1 and pass 3 share W and C
+        fit(pts, p, ["W1", "S1", "C1"], ["pass1"])
+        fit(pts, p, ["C3_1"], ["pass3"])
+        fit(pts, p, ["W2", "S2", "C2"], ["pass1"])
+        fit(pts, p, ["C3_2"], ["pass3"])
+    print("fitted:", {k: round(float(v), 3) for k, v in p.items()})
+    print("rms log error:", {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "pass3")})
+    errs = []
+    for T, N, mx, L, wg, m in pts:
+        est = sum(parts(T, N, mx, L, wg, p))
+        errs.append(est / m["total"] - 1)
+    errs = np.array(errs)
+    print(f"total (scan from cost.rs): rms {math.sqrt(np.mean(errs ** 2)):.3f} max {np.max(np.abs(errs)):.3f} "
+          f"over {len(errs)} points")
+    if "--table" in sys.argv:
+        for r in mix["timings"]:
+            f = [r[f"fused_bv{b}"] for b in (16, 32, 64, 128)]
+            cp = [(v["L"], v["median_us"]) for k, v in r.items() if k.startswith("cp_G")]
+            cp2 = [(v["L"], v["median_us"]) for k, v in r.items() if k.startswith("cp2_G")]
+            dedup = lambda xs: list(dict(xs).items())  # the same L at two G: keep the last
+            print(f'    ("{r["mix"]}", {r["T"]}, {r["N"]}, {r["max_len"]}, [{", ".join(f"{x:.1f}" for x in f)}], '
+                  f'{r["chunk64"]:.1f},')
+            print("     &[" + ", ".join(f"({l}, {u:.1f})" for l, u in dedup(cp)) + "],")
+            print("     &[" + ", ".join(f"({l}, {u:.1f})" for l, u in dedup(cp2)) + "]),")
+
+
+if __name__ == "__main__":
+    main()
