@@ -9,12 +9,12 @@
 // v5). The plain walk is slower than prefill.cu v5 in every ANCHORS configuration, so the runtime picks it only
 // where the fused kernels cannot run (an odd number of value heads) or when forced; the context-parallel kernels
 // (end of file) are the automatic plan for few long sequences (1x65536 894 us vs v5 2622; session 11: 838, 1x8192
-// 158.5 — results/prefill64_s11.md; v6, session 12: 787 / 148 — results/prefill64_s12.md). The walk: one
-// warpgroup per SM issues ~1,300 instructions per warp per 64-token chunk (hi/lo splits, fragment packing, loads,
-// output staging) at ~3.2 cycles each around its 44 wgmma, whose tensor time is < half the chunk's; two warpgroups
-// per CTA (one per value half, sharing the chunk's loads: WalkLayout<2>) walk 128 rows in 3.2 us, 1.43x the rate
-// per SM, built for the harness only until the policy plans it. The prep (v6: wgmma products, tensor-core inverse)
-// costs ~3.3 us of SM time per (chunk, head), ~60% of it the workspace record's bytes.
+// 158.5 — results/prefill64_s11.md; v6, session 12: 787 / 148 — results/prefill64_s12.md; session 13, two
+// warpgroups per walk CTA: 694; v7, session 14, f16 operands: 582 / 128 — results/prefill64_s14.md). v7 runs 20
+// wgmma per chunk for 64 value rows (v6: 44, hi + lo bf16 pairs): ~2.2 us per chunk for one warpgroup, ~2.8 for two
+// (128 rows). Since v7 the chunk64 plan is also the automatic pick on many medium sequences (policy.rs). The prep
+// (wgmma products, tensor-core inverse) costs ~3.2 us of SM time per (chunk, head); halving its record (v7) bought
+// only 9%, so the record's bytes are not its bound.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -44,9 +44,10 @@
 // fp32 or bf16 by walk variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory. Value head h
 // reads q/k head h / (HV / H). All offsets are 64-bit. HV need not be even here.
 //
-// Numerics: as prefill.cu v5 — products with S use S rounded to bf16 (as FLA/FlashInfer); T (as Tb), P, Z e^γ
-// and Vn in the output product are hi+lo bf16 pairs; the update operand Vn e^{γC−γ} is one bf16; T is computed
-// in fp32.
+// Numerics: products with S use S rounded to bf16 (as FLA/FlashInfer); T is computed in fp32. v7: Tb and P are
+// one f16 tile each with a per-tile power-of-two scale, V − Z e^γ and Vn are f16 A operands with a per-row
+// power-of-two scale (the range of fp32, an 11-bit mantissa; v5/v6 carried hi + lo bf16 pairs, with the same errors
+// in session 11's fp64 emulation and in the session-14 device checks); the update operand Vn e^{γC−γ} is one bf16.
 // ---------------------------------------------------------------------------------------------------------
 #include "gates.cuh"
 #include "sm90.cuh"
@@ -483,20 +484,20 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
 // owns rows 16w..16w+15, lane (g = lane/4, t = lane%4) rows g and g+8, columns 8j + 2t, +1 for j = 0..15 — the
 // mma.sync C layout repeated), and runs each 64-token chunk as three batches of asynchronous wgmma:
 //   B1  [Z | Y] = Sᵀ [Kᵀ | Qᵀ]        8 x m64n128k16, A = bf16(Sᵀ) from registers, B = [K rows | Q rows] panels
-//       U = Vᵀ Tbᵀ (hi + lo)          8 x m64n64k16,  A = Vᵀ by ldmatrix.trans, B = Tb panels     (off the chain)
-//   B2  Vn = U − (Z diag(e^γ)) Tbᵀ    12 x m64n64k16, A = −Z e^γ as hi + lo from the B1 accumulator, B = Tb hi/lo
-//       (= U − Z Tgᵀ with Tg = Tb diag(e^γ): the record holds no Tg)
+//   B2  Vn = (Vᵀ − Z diag(e^γ)) Tbᵀ   4 x m64n64k16 f16, A = Vᵀ (ldmatrix.trans) − Z e^γ (B1 accumulator), each
+//       row scaled by a power of two, B = the Tb' tile (= U − Z Tgᵀ with Tg = Tb diag(e^γ): the record holds no Tg)
 //   B3  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K   4 x m64n128k16, B = the same K panels read MN-major (transposed),
-//       O = e^γ ⊙ Y + Vn Pᵀ           12 x m64n64k16, A = Vn hi + lo, B = P hi/lo (two commit groups)
-// i.e. 44 tensor-core instructions per chunk for 64 value rows (the mma.sync walker issued ~450 per warp for 16).
+//       O = e^γ ⊙ Y + sP · Vn P'ᵀ     4 x m64n64k16 f16, A = B2's unscaled result, B = the P' tile (two commit groups)
+// i.e. 20 tensor-core instructions per chunk for 64 value rows (v6: 44 with hi + lo pairs; the mma.sync walker
+// issued ~450 per warp for 16).
 // Every A fragment of a batch is formed before the batch's wgmma.fence, and O has registers of its own: otherwise
 // ptxas serialises every wgmma (C7511 "insufficient register resources"; checked in the SASS: one wait per batch).
 // Every B operand sits in shared memory in the 128-byte-swizzled K-major layout (rows of 64 bf16 = 128 B, 8-row
 // atoms of 1024 B, piece j of row r at j ^ (r & 7)): K and Q rows by cp.async into two 64-column panels
 // [K rows 0..63 | Q rows 64..127], V by cp.async, the record (prep wrote it pre-swizzled) by one bulk copy.
 // Two slots: chunk c+1 loads while chunk c computes. Outputs leave through a [token][v] staging tile (transposing
-// stmatrix) as 16-byte stores. Numerics as the header says (S as one bf16, T/P/Z/Vn as hi + lo pairs, the
-// update operand as one bf16). The layouts and both descriptor forms are checked by the harness `selftest`.
+// stmatrix) as 16-byte stores. Numerics as the header says (S as one bf16, Tb/P/X/Vn as scaled f16, the update
+// operand as one bf16). The layouts and both descriptor forms are checked by the harness `selftest`.
 #ifndef WG_UPD_LBO
 #define WG_UPD_LBO 16384  // MN-major B: stride between the two 64-column k panels
 #define WG_UPD_SBO 1024   // MN-major B: stride between 8-token row groups
@@ -1121,10 +1122,10 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 
 // ---------------------------------------------------------------------------------------------------------
 // Exported kernels (launch in this order on one stream):
-//   gdn_prefill64_prep        grid ((T/64 + N + 1)·HV, 1, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (36352)
-//   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (159760)
+//   gdn_prefill64_prep        grid ((T/64 + N + 1)·HV, 1, 1), block 128, dynamic smem gdn_prefill64::PREP_SMEM (36384)
+//   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (126992)
 //   gdn_prefill64_walk_bf16   same, bf16 state / new_state
-// workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (33792) bytes, 256-byte aligned.
+// workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (17408) bytes, 256-byte aligned.
 // Context-parallel plan (p.seg_chunks = L >= 1; seg slots G = (T/64 + N + 1)/L + N + 1), in this order:
 //   gdn_prefill64_prep                grid ((T/64 + N + 1)·HV, 1, 1), block 128, smem PREP_SMEM
 //   gdn_prefill64_cp_pass1_{f32,bf16} grid (G, HV, 4), block 128, smem WALK_SMEM
@@ -1132,7 +1133,7 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 //   gdn_prefill64_cp_scan8            grid (N·HV·16, 1, 1), block 256, smem SCAN_SMEM (8 value rows per CTA)
 //   gdn_prefill64_cp_pass3_{f32,bf16} grid (G, HV, 2), block 128, smem WALK_SMEM
 // or, with two warpgroups per walk CTA (one CTA per head; compiled only with -DGDN_PREFILL64_WIDE, see below):
-//   gdn_prefill64_cp_pass1w_{f32,bf16} grid (G, HV, 2), block 256, smem WALK2_SMEM (185360)
+//   gdn_prefill64_cp_pass1w_{f32,bf16} grid (G, HV, 2), block 256, smem WALK2_SMEM (152592)
 //   gdn_prefill64_cp_pass3w_{f32,bf16} grid (G, HV, 1), block 256, smem WALK2_SMEM
 // workspace: the records above + 3 · G · HV · 65536 bytes.
 // Every smem size exceeds 48 KB: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
