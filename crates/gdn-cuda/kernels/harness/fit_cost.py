@@ -126,7 +126,8 @@ def main():
     # start: the session-13 constants
     p = {"PF": 7.0, "PC": 3.3, "W1": 2.6, "S1": 1.2, "C1": 6.2, "C3_1": 2.0, "W2": 3.5, "S2": 1.6, "C2": 8.1,
          "C3_2": 8.2}
-    print("rms log error at the start:", {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "pass3")})
+    rms = lambda: {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "pass3")}
+    print("rms log error at the start:", rms())
     fit(pts, p, ["PF", "PC"], ["prep"])
     for _ in range(2):  # pass 1 and pass 3 share W and C
         fit(pts, p, ["W1", "S1", "C1"], ["pass1"])
@@ -134,7 +135,7 @@ def main():
         fit(pts, p, ["W2", "S2", "C2"], ["pass1"])
         fit(pts, p, ["C3_2"], ["pass3"])
     print("fitted:", {k: round(float(v), 3) for k, v in p.items()})
-    print("rms log error:", {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "pass3")})
+    print("rms log error:", rms())
     errs = []
     for T, N, mx, L, wg, m in pts:
         est = sum(parts(T, N, mx, L, wg, p))
