@@ -890,7 +890,8 @@ fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Reject
     } else {
         fused_tile(s, sms).map_or(f64::INFINITY, |x| x.1)
     };
-    let (base_us, base) = if chunk64_us < fused_us {
+    let chunk64_first = chunk64_us < fused_us;
+    let (base_us, base) = if chunk64_first {
         (chunk64_us, "chunk64")
     } else {
         (fused_us, "fused")
@@ -917,7 +918,7 @@ fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Reject
         let reason = format!("odd num_v_heads {}: only chunk64 runs it", s.num_v_heads);
         return chunk64(s, caps, reason).map_err(|_| Rejection::OddValueHeads { v: s.num_v_heads });
     }
-    if base == "chunk64" {
+    if chunk64_first {
         let why = format!("chunk64: estimate {chunk64_us:.0} us < fused {fused_us:.0} us");
         if let Ok(plan) = chunk64(s, caps, why) {
             return Ok(plan);
