@@ -36,6 +36,10 @@
 //                     shared-memory round trip and __syncwarp) and T's substitution solves (I + A) x = s·e_c, so its
 //                     columns come out scaled (no scaling pass). H200, same process as v11: mix (best tile) 6.04 ->
 //                     6.16x FlashInfer, 1x8192 bv32 307.1 -> 298.5 us, bv16 257.9 -> 254.7; numerics unchanged.
+//     v12.1 (bv64): 4 producers, not 5 — 8 warps put one walker and one producer on each sub-partition, where the ninth
+//                     warp doubled sub-partition 0's load and walker 0 lagged. H200, same process (NP sweep, session 16):
+//                     1x1024 53.6 -> 49.2 us, 1x8192 404.6 -> 365.5, 4x2048 104.8 -> 95.3, 32x256 72.5 -> 67.1, 64x1024
+//                     433.9 -> 398.4, 8x128 12.8 -> 12.5 (bv16 and bv32 are best at their defaults: NP 3 / 4 / 6 slower).
 //     v11 (every tile): cu_seqlens and the gate parameters are requested before the mbarrier set-up and read through
 //                     the barrier's return value (GDN_EARLY_SEQ), and hi/lo bf16 splits take one cvt per pair
 //                     (sm90.cuh, bitwise the same values). H200, same process as v10: contest-like mix (best tile per
@@ -135,7 +139,8 @@ constexpr int WS_BYTES = TILE16;                             // per-walker outpu
 //   R·(13632 + 32·(BV+8) + (BV/16)·H) + NP·1152 + (BV/16)·(768 + X) + 8·B·R   (bytes; the opt-in limit on sm_90 is
 //   232448; the last bytes are the mbarriers, B arrays of R: ring_barriers below), H the hand-off (KSPLIT 5120,
 //   MIRROR 1024), X the Z exchange (KSPLIT 4096).
-// Defaults (v10): BV=16 (KSPLIT, NP 5) 225696, BV=32 (MIRROR, NP 4) 159000, BV=64 (NP 5) 184304, BV=128 (NP 4) 172752.
+// Defaults (v12.1): BV=16 (KSPLIT, NP 5) 225696, BV=32 (MIRROR, NP 4) 159000, BV=64 (NP 4) 151248, BV=128 (NP 4) 172752.
+// (v4-v12: BV=64 (NP 5) 184304.)
 // (v9: BV=16 225608, without SREADY.)
 // (v8: BV=16 (MIRROR, NP 5) 176456.)
 // (v5.1-v7: BV=16 (NP 6) 195088, BV=32 (NP 5) 171504.)
@@ -192,7 +197,7 @@ template <int BV> __host__ __device__ constexpr int walk_scheme() {
 template <int BV> __host__ __device__ constexpr bool output_walkers() { return walk_scheme<BV>() != WALK_SINGLE; }
 template <int BV> __host__ __device__ constexpr int walker_warps() { return (BV / 16) * (1 + walk_scheme<BV>()); }
 // Producer warps per CTA (v9 defaults): bv16 KSPLIT 5 (8 warps: state 0-1, output 2, producers 3-7), bv32 MIRROR 4
-// (8 warps: state 0-1, output 2-3, producers 4-7), bv64 5, bv128 4; schemes under experiment: KSPLIT bv32 3 (4 does
+// (8 warps: state 0-1, output 2-3, producers 4-7), bv64 4 (v12.1; was 5), bv128 4; schemes under experiment: KSPLIT bv32 3 (4 does
 // not fit shared memory), MIRROR bv16 5 (+ an idle warp), SINGLE bv16 6 (+ an idle warp), bv32 5.
 template <int BV> __host__ __device__ constexpr int producers() {
 #ifdef GDN_NP
@@ -200,7 +205,7 @@ template <int BV> __host__ __device__ constexpr int producers() {
 #else
     return walk_scheme<BV>() == WALK_KSPLIT ? (BV == 16 ? 5 : 3)
            : walk_scheme<BV>() == WALK_MIRROR ? (BV == 16 ? 5 : 4)
-                                              : (BV == 16 ? 6 : (BV == 128 ? 4 : 5));
+                                              : (BV == 16 ? 6 : (BV == 32 ? 5 : 4));
 #endif
 }
 // v5.1: bv16 without KSPLIT keeps its first walker alone on sub-partition 0 (warp 4 idles: warp w issues on
@@ -240,10 +245,10 @@ template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
 }
 #if GDN_OW && GDN_SCHEME16 == 2 && GDN_SCHEME32 == 1 && !defined(GDN_NP)
 static_assert(smem_bytes<16, producers<16>()>() == 225696 && smem_bytes<32, producers<32>()>() == 159000 &&
-                  smem_bytes<64, producers<64>()>() == 184304 && smem_bytes<128, producers<128>()>() == 172752 &&
-                  block_threads<16>() == 256 && block_threads<32>() == 256 && block_threads<64>() == 288 &&
+                  smem_bytes<64, producers<64>()>() == 151248 && smem_bytes<128, producers<128>()>() == 172752 &&
+                  block_threads<16>() == 256 && block_threads<32>() == 256 && block_threads<64>() == 256 &&
                   block_threads<128>() == 384,
-              "v10 launch table (mirrored by the Rust runtime, src/registry.rs)");
+              "v12.1 launch table (mirrored by the Rust runtime, src/registry.rs)");
 #endif
 // The launch table as data, for the device harness (cuModuleGetGlobal): {BV, threads, dynamic smem} per variant.
 extern "C" __device__ const int gdn_prefill_launch[4][3] = {
@@ -1218,8 +1223,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 // Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA.
 //   grid  = (N · HV · (128 / BV), 1, 1)
 //   block = block_threads<BV>(): bv16 256 (v9: 2 k-split state walkers, 1 output walker, 5 producers), bv32 256 (2 + 2
-//           walkers, 4 producers), bv64 288 (4 walkers, 5 producers), bv128 384 (8 walkers, 4 producers)
-//   dynamic shared memory = smem_bytes<BV, producers<BV>()>(): bv16 225696, bv32 159000, bv64 184304, bv128 172752
+//           walkers, 4 producers), bv64 256 (4 walkers, 4 producers), bv128 384 (8 walkers, 4 producers)
+//   dynamic shared memory = smem_bytes<BV, producers<BV>()>(): bv16 225696, bv32 159000, bv64 151248, bv128 172752
 //           (all > 48 KB: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES must be raised). Both are also in the
 //           module as data (gdn_prefill_launch) and in the Rust registry, checked against these constexprs.
 // ---------------------------------------------------------------------------------------------------------
