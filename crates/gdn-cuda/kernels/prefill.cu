@@ -36,10 +36,11 @@
 //                     shared-memory round trip and __syncwarp) and T's substitution solves (I + A) x = s·e_c, so its
 //                     columns come out scaled (no scaling pass). H200, same process as v11: mix (best tile) 6.04 ->
 //                     6.16x FlashInfer, 1x8192 bv32 307.1 -> 298.5 us, bv16 257.9 -> 254.7; numerics unchanged.
-//     v12.1 (bv64): 4 producers, not 5 — 8 warps put one walker and one producer on each sub-partition, where the ninth
-//                     warp doubled sub-partition 0's load and walker 0 lagged. H200, same process (NP sweep, session 16):
-//                     1x1024 53.6 -> 49.2 us, 1x8192 404.6 -> 365.5, 4x2048 104.8 -> 95.3, 32x256 72.5 -> 67.1, 64x1024
-//                     433.9 -> 398.4, 8x128 12.8 -> 12.5 (bv16 and bv32 are best at their defaults: NP 3 / 4 / 6 slower).
+//     v12.1 (bv64): 4 producers, not 5 — 8 warps put one walker and one producer on each sub-partition, where the
+//                     ninth warp doubled sub-partition 0's load and walker 0 lagged. H200, same process (NP sweep,
+//                     session 16): 1x1024 53.6 -> 49.2 us, 1x8192 404.6 -> 365.5, 4x2048 104.8 -> 95.3, 32x256
+//                     72.5 -> 67.1, 64x1024 433.9 -> 398.4, 8x128 12.8 -> 12.5 (bv16 and bv32 are best at their
+//                     defaults: NP 3 / 4 / 6 slower).
 //     v11 (every tile): cu_seqlens and the gate parameters are requested before the mbarrier set-up and read through
 //                     the barrier's return value (GDN_EARLY_SEQ), and hi/lo bf16 splits take one cvt per pair
 //                     (sm90.cuh, bitwise the same values). H200, same process as v10: contest-like mix (best tile per
@@ -139,7 +140,8 @@ constexpr int WS_BYTES = TILE16;                             // per-walker outpu
 //   R·(13632 + 32·(BV+8) + (BV/16)·H) + NP·1152 + (BV/16)·(768 + X) + 8·B·R   (bytes; the opt-in limit on sm_90 is
 //   232448; the last bytes are the mbarriers, B arrays of R: ring_barriers below), H the hand-off (KSPLIT 5120,
 //   MIRROR 1024), X the Z exchange (KSPLIT 4096).
-// Defaults (v12.1): BV=16 (KSPLIT, NP 5) 225696, BV=32 (MIRROR, NP 4) 159000, BV=64 (NP 4) 151248, BV=128 (NP 4) 172752.
+// Defaults (v12.1): BV=16 (KSPLIT, NP 5) 225696, BV=32 (MIRROR, NP 4) 159000, BV=64 (NP 4) 151248,
+// BV=128 (NP 4) 172752.
 // (v4-v12: BV=64 (NP 5) 184304.)
 // (v9: BV=16 225608, without SREADY.)
 // (v8: BV=16 (MIRROR, NP 5) 176456.)
@@ -197,8 +199,9 @@ template <int BV> __host__ __device__ constexpr int walk_scheme() {
 template <int BV> __host__ __device__ constexpr bool output_walkers() { return walk_scheme<BV>() != WALK_SINGLE; }
 template <int BV> __host__ __device__ constexpr int walker_warps() { return (BV / 16) * (1 + walk_scheme<BV>()); }
 // Producer warps per CTA (v9 defaults): bv16 KSPLIT 5 (8 warps: state 0-1, output 2, producers 3-7), bv32 MIRROR 4
-// (8 warps: state 0-1, output 2-3, producers 4-7), bv64 4 (v12.1; was 5), bv128 4; schemes under experiment: KSPLIT bv32 3 (4 does
-// not fit shared memory), MIRROR bv16 5 (+ an idle warp), SINGLE bv16 6 (+ an idle warp), bv32 5.
+// (8 warps: state 0-1, output 2-3, producers 4-7), bv64 4 (v12.1; was 5), bv128 4; schemes under experiment:
+// KSPLIT bv32 3 (4 does not fit shared memory), MIRROR bv16 5 (+ an idle warp), SINGLE bv16 6 (+ an idle warp),
+// bv32 5.
 template <int BV> __host__ __device__ constexpr int producers() {
 #ifdef GDN_NP
     return GDN_NP;
