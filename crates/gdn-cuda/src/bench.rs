@@ -1,6 +1,9 @@
 //! Timing tiers (GDN.md §4, METHOD.md). Every tier cycles through the resident input sets, warms up
 //! first, and reports one sample per call in microseconds. A call is every launch of its plan (the chunk64
 //! prefill plan's prep and walk together: events bracket the pair, a graph captures both):
+//! * `cupti` (first, when CUPTI loads: `cupti.rs`) — before each call the same L2 flush as `kernel`; per call
+//!   the sum of its kernels' durations from CUPTI activity records: pure GPU kernel time, the method of
+//!   `shared/ANCHORS.md` and flashinfer-bench, so the number to compare with the peers'.
 //! * `kernel` — before each call an L2 flush (a memset of max(256 MiB, 4 × L2) on the same stream); CUDA
 //!   events are recorded immediately around the call's launch(es) while the flush is still running, so the
 //!   host's launch latency is hidden behind the flush and the events bracket the kernel alone.
@@ -18,7 +21,7 @@
 //!
 //! Note on the `kernel` tier: events bracket the launch on the GPU side, so the GPU's own event/launch
 //! latency (~2-3 us on an H200, measured by `gdn-cuda-smoke` as the same tier around an empty kernel) is
-//! included; CUPTI kernel records would remove it (not implemented).
+//! included; the `cupti` tier is free of it.
 
 use crate::backend::{be, enqueue, CudaBackend, DeviceInputs, DeviceOutputs};
 use crate::context::{drv, Stream};
@@ -147,6 +150,20 @@ pub fn tiers(
     }
     sync()?;
 
+    // tier 0: cupti (L2 flushed, kernel durations from activity records), when CUPTI is there
+    let cupti = match crate::cupti::Recorder::get() {
+        // a CUPTI failure (e.g. under another profiler) drops this tier, never the measurement
+        Ok(rec) => cupti_tier(rec, b, &flush, sets, call, iters).unwrap_or_else(|e| {
+            eprintln!("gdn bench: `cupti` tier dropped: {e}");
+            None
+        }),
+        Err(why) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| eprintln!("gdn bench: no `cupti` timing tier ({why})"));
+            None
+        }
+    };
+
     // tier 1: kernel (L2 flushed, events right around the launch)
     let ev: Vec<EventPair> = (0..iters)
         .map(|_| EventPair::new())
@@ -175,7 +192,21 @@ pub fn tiers(
     // tier 3: graph (GRAPH_CALLS calls per replay, hot L2)
     let graph = graph_tier(b, sets, call, iters)?;
 
-    Ok(vec![
+    let mut out = Vec::with_capacity(4);
+    if let Some((samples_us, per_call)) = cupti {
+        out.push(TierSamples {
+            tier: "cupti".into(),
+            method: format!(
+                "pure GPU kernel time: CUPTI activity records, per call the sum of its {per_call} kernel \
+                 duration(s) ({what}); a {} MiB memset flushes L2 before every call (not counted); {} input \
+                 sets cycled",
+                flush_bytes >> 20,
+                sets
+            ),
+            samples_us,
+        });
+    }
+    out.extend([
         TierSamples {
             tier: "kernel".into(),
             method: format!(
@@ -202,7 +233,43 @@ pub fn tiers(
             ),
             samples_us: graph,
         },
-    ])
+    ]);
+    Ok(out)
+}
+
+/// The `cupti` tier: one probe call counts the launches of a call (none, e.g. a memcpy: no tier), then
+/// `iters` flushed calls are recorded and their kernel durations summed per call.
+fn cupti_tier(
+    rec: &crate::cupti::Recorder,
+    b: &CudaBackend,
+    flush: &DeviceBuf,
+    sets: usize,
+    call: &Call,
+    iters: usize,
+) -> Result<Option<(Vec<f64>, usize)>> {
+    let s = b.gpu.stream();
+    let err = |e: String| be(format!("cupti tier: {e}"));
+    let probe = rec
+        .record(|| {
+            call(0, s).map_err(|e| e.to_string())?;
+            b.gpu.sync()
+        })
+        .map_err(err)?;
+    let per_call = probe.len();
+    if per_call == 0 {
+        return Ok(None);
+    }
+    let recorded = rec
+        .record(|| {
+            for it in 0..iters {
+                flush.fill_u32(0x5a5a_0000 ^ it as u32, s)?;
+                call(it % sets, s).map_err(|e| e.to_string())?;
+            }
+            b.gpu.sync()
+        })
+        .map_err(err)?;
+    let us = crate::cupti::per_call_us(&recorded, per_call, iters).map_err(err)?;
+    Ok(Some((us, per_call)))
 }
 
 fn graph_tier(b: &CudaBackend, sets: usize, call: &Call, iters: usize) -> Result<Vec<f64>> {
@@ -351,15 +418,12 @@ pub fn time_copy(b: &CudaBackend, bytes: u64, cfg: &TimingConfig) -> Result<Vec<
     };
     let by_kernel = tiers(b, sets, &kernel_copy, cfg, "one copy-kernel launch")?;
     let by_memcpy = tiers(b, sets, &memcpy, cfg, "one cuMemcpyDtoDAsync")?;
+    // per tier (by name: a memcpy has no `cupti` tier, it launches no kernel) the faster of the two
     Ok(by_kernel
         .into_iter()
-        .zip(by_memcpy)
-        .map(|(k, m)| {
-            if median(&m.samples_us) <= median(&k.samples_us) {
-                m
-            } else {
-                k
-            }
+        .map(|k| match by_memcpy.iter().find(|m| m.tier == k.tier) {
+            Some(m) if median(&m.samples_us) <= median(&k.samples_us) => m.clone(),
+            _ => k,
         })
         .collect())
 }

@@ -18,6 +18,7 @@ pub mod backend;
 pub mod bench;
 pub mod context;
 pub mod cost;
+pub mod cupti;
 pub mod launch;
 pub mod loader;
 pub mod memory;

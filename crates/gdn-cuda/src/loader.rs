@@ -89,6 +89,94 @@ fn open_nvrtc() -> Result<NvrtcLibrary, String> {
     })
 }
 
+/// The CUPTI major version gdn is built for (bench's `cupti` tier only; see `cupti.rs`).
+pub const CUPTI_SONAME: &str = "libcupti.so.13";
+
+static CUPTI: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// Loads CUPTI (once, RTLD_GLOBAL, kept for the process) so that cudarc's later lookup by soname finds this
+/// copy; returns where it came from, or every place tried. Order: `GDN_CUPTI_LIB` (a file or folder; alone
+/// when set), `CUDA_HOME` / `CUDA_PATH` (`extras/CUPTI/lib64` and the lib folders), the dynamic loader's path,
+/// the PyPI wheels' `nvidia/cu13/lib`, `/usr/local/cuda`.
+pub fn cupti() -> Result<String, String> {
+    CUPTI.get_or_init(open_cupti).clone()
+}
+
+fn open_cupti() -> Result<String, String> {
+    let mut tried: Vec<String> = Vec::new();
+    let try_file = |file: PathBuf, what: &str, tried: &mut Vec<String>| -> Option<String> {
+        if !file.is_file() {
+            tried.push(format!("{what} {} (absent)", file.display()));
+            return None;
+        }
+        match open_global(&file) {
+            Ok(lib) => {
+                std::mem::forget(lib); // must stay loaded: cudarc's handle refers to the same object
+                Some(file.display().to_string())
+            }
+            Err(e) => {
+                tried.push(format!("{what} {} ({e})", file.display()));
+                None
+            }
+        }
+    };
+    let dirs_of = |root: &Path| {
+        let mut d = vec![root.join("extras/CUPTI/lib64")];
+        d.extend(toolkit_lib_dirs(root));
+        d
+    };
+    let found = (|| {
+        if let Some(p) = env_dir("GDN_CUPTI_LIB") {
+            let file = if p.is_dir() { p.join(CUPTI_SONAME) } else { p };
+            return try_file(file, "GDN_CUPTI_LIB", &mut tried);
+        }
+        for var in ["CUDA_HOME", "CUDA_PATH"] {
+            if let Some(root) = env_dir(var) {
+                for dir in dirs_of(&root) {
+                    if let Some(hit) = try_file(dir.join(CUPTI_SONAME), var, &mut tried) {
+                        return Some(hit);
+                    }
+                }
+            }
+        }
+        match open_global(Path::new(CUPTI_SONAME)) {
+            Ok(lib) => {
+                std::mem::forget(lib);
+                return Some(loaded_path(CUPTI_SONAME).unwrap_or_else(|| CUPTI_SONAME.to_string()));
+            }
+            Err(e) => tried.push(format!("the dynamic loader's path ({e})")),
+        }
+        for s in wheel_sites("lib") {
+            let dir = s.join(WHEEL_ROOT).join("lib");
+            if dir.is_dir() {
+                if let Some(hit) = try_file(dir.join(CUPTI_SONAME), "wheel", &mut tried) {
+                    return Some(hit);
+                }
+            }
+        }
+        for dir in dirs_of(Path::new(DEFAULT_TOOLKIT)) {
+            if let Some(hit) = try_file(dir.join(CUPTI_SONAME), "default toolkit", &mut tried) {
+                return Some(hit);
+            }
+        }
+        None
+    })();
+    let path = found.ok_or_else(|| {
+        format!(
+            "CUPTI ({CUPTI_SONAME}) not found; looked in: {}",
+            tried.join("; ")
+        )
+    })?;
+    // SAFETY: dlopen by cudarc's candidate names; the copy loaded above matches by soname.
+    if unsafe { cudarc::cupti::sys::is_culib_present() } {
+        Ok(path)
+    } else {
+        Err(format!(
+            "loaded {path}, but cudarc's lookup of CUPTI by name still fails"
+        ))
+    }
+}
+
 /// dlopen with RTLD_NOW | RTLD_GLOBAL.
 fn open_global(name: &Path) -> Result<Library, String> {
     // SAFETY: loading NVIDIA's NVRTC / builtins libraries; their initialisers have no preconditions.
