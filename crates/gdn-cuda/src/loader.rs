@@ -104,64 +104,7 @@ pub fn cupti() -> Result<String, String> {
 
 fn open_cupti() -> Result<String, String> {
     let mut tried: Vec<String> = Vec::new();
-    let try_file = |file: PathBuf, what: &str, tried: &mut Vec<String>| -> Option<String> {
-        if !file.is_file() {
-            tried.push(format!("{what} {} (absent)", file.display()));
-            return None;
-        }
-        match open_global(&file) {
-            Ok(lib) => {
-                std::mem::forget(lib); // must stay loaded: cudarc's handle refers to the same object
-                Some(file.display().to_string())
-            }
-            Err(e) => {
-                tried.push(format!("{what} {} ({e})", file.display()));
-                None
-            }
-        }
-    };
-    let dirs_of = |root: &Path| {
-        let mut d = vec![root.join("extras/CUPTI/lib64")];
-        d.extend(toolkit_lib_dirs(root));
-        d
-    };
-    let found = (|| {
-        if let Some(p) = env_dir("GDN_CUPTI_LIB") {
-            let file = if p.is_dir() { p.join(CUPTI_SONAME) } else { p };
-            return try_file(file, "GDN_CUPTI_LIB", &mut tried);
-        }
-        for var in ["CUDA_HOME", "CUDA_PATH"] {
-            if let Some(root) = env_dir(var) {
-                for dir in dirs_of(&root) {
-                    if let Some(hit) = try_file(dir.join(CUPTI_SONAME), var, &mut tried) {
-                        return Some(hit);
-                    }
-                }
-            }
-        }
-        match open_global(Path::new(CUPTI_SONAME)) {
-            Ok(lib) => {
-                std::mem::forget(lib);
-                return Some(loaded_path(CUPTI_SONAME).unwrap_or_else(|| CUPTI_SONAME.to_string()));
-            }
-            Err(e) => tried.push(format!("the dynamic loader's path ({e})")),
-        }
-        for s in wheel_sites("lib") {
-            let dir = s.join(WHEEL_ROOT).join("lib");
-            if dir.is_dir() {
-                if let Some(hit) = try_file(dir.join(CUPTI_SONAME), "wheel", &mut tried) {
-                    return Some(hit);
-                }
-            }
-        }
-        for dir in dirs_of(Path::new(DEFAULT_TOOLKIT)) {
-            if let Some(hit) = try_file(dir.join(CUPTI_SONAME), "default toolkit", &mut tried) {
-                return Some(hit);
-            }
-        }
-        None
-    })();
-    let path = found.ok_or_else(|| {
+    let path = find_cupti(&mut tried).ok_or_else(|| {
         format!(
             "CUPTI ({CUPTI_SONAME}) not found; looked in: {}",
             tried.join("; ")
@@ -175,6 +118,65 @@ fn open_cupti() -> Result<String, String> {
             "loaded {path}, but cudarc's lookup of CUPTI by name still fails"
         ))
     }
+}
+
+/// Opens `file` (leaked on purpose: cudarc's handle refers to the same object), recording a failed attempt.
+fn try_cupti(file: PathBuf, what: &str, tried: &mut Vec<String>) -> Option<String> {
+    if !file.is_file() {
+        tried.push(format!("{what} {} (absent)", file.display()));
+        return None;
+    }
+    match open_global(&file) {
+        Ok(lib) => {
+            std::mem::forget(lib);
+            Some(file.display().to_string())
+        }
+        Err(e) => {
+            tried.push(format!("{what} {} ({e})", file.display()));
+            None
+        }
+    }
+}
+
+/// The folders of a toolkit root that may hold CUPTI.
+fn cupti_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut d = vec![root.join("extras/CUPTI/lib64")];
+    d.extend(toolkit_lib_dirs(root));
+    d
+}
+
+fn find_cupti(tried: &mut Vec<String>) -> Option<String> {
+    if let Some(p) = env_dir("GDN_CUPTI_LIB") {
+        let file = if p.is_dir() { p.join(CUPTI_SONAME) } else { p };
+        return try_cupti(file, "GDN_CUPTI_LIB", tried);
+    }
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(root) = env_dir(var) {
+            for dir in cupti_dirs(&root) {
+                if let Some(hit) = try_cupti(dir.join(CUPTI_SONAME), var, tried) {
+                    return Some(hit);
+                }
+            }
+        }
+    }
+    match open_global(Path::new(CUPTI_SONAME)) {
+        Ok(lib) => {
+            std::mem::forget(lib);
+            return Some(loaded_path(CUPTI_SONAME).unwrap_or_else(|| CUPTI_SONAME.to_string()));
+        }
+        Err(e) => tried.push(format!("the dynamic loader's path ({e})")),
+    }
+    for s in wheel_sites("lib") {
+        let dir = s.join(WHEEL_ROOT).join("lib");
+        if dir.is_dir() {
+            if let Some(hit) = try_cupti(dir.join(CUPTI_SONAME), "wheel", tried) {
+                return Some(hit);
+            }
+        }
+    }
+    cupti_dirs(Path::new(DEFAULT_TOOLKIT))
+        .into_iter()
+        .find_map(|dir| try_cupti(dir.join(CUPTI_SONAME), "default toolkit", tried))
 }
 
 /// dlopen with RTLD_NOW | RTLD_GLOBAL.
