@@ -380,22 +380,7 @@ __device__ __forceinline__ void zero_rows(unsigned char* slot, int from, int lan
 //    operands' 2^-9; exponentials under 2^-126 flush to 0 (decays may underflow to 0 by design);
 //  * T's forward substitution carries r = e_c − (running sums) so that no step needs a lane-dependent select
 //    (v6 spent ~60 instructions per chunk packing `j < c` / `j == c` predicates, then a select per step).
-__device__ __forceinline__ float ex2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float lg2_ftz(float x) {
-    float y;
-    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float rcp_ftz(float x) {
-    float y;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-__device__ __forceinline__ float exp_ftz(float x) { return ex2_ftz(x * 1.4426950408889634f); }
+// (ex2_ftz, lg2_ftz, rcp_ftz, exp_ftz: sm90.cuh)
 
 // GDN_EARLY_SEQ (default 1; v11): cu_seqlens and the gate parameters are loaded before the mbarrier set-up.
 #ifndef GDN_EARLY_SEQ

@@ -14,7 +14,10 @@
 // wgmma per chunk for 64 value rows (v6: 44, hi + lo bf16 pairs): ~2.2 us per chunk for one warpgroup, ~2.8 for two
 // (128 rows). Since v7 the chunk64 plan is also the automatic pick on many medium sequences (policy.rs). The prep
 // (wgmma products, tensor-core inverse) costs ~3.2 us of SM time per (chunk, head); halving its record (v7) bought
-// only 9%, so the record's bytes are not its bound.
+// only 9%, so the record's bytes are not its bound. v8 (session 18, results/prefill_s18.md): the prep was bound by
+// instruction issue, and 31% of its instructions were cvt.rna.tf32 emulation: a truncating split, ftz exponentials,
+// Q Kᵀ and K Kᵀ one after the other (78 registers: 6 CTAs per SM instead of 5) and no exponentials above the
+// diagonal blocks: prep 187 -> 153 us at 1x65536, the cp scan 29 -> 21 us (the same split).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -81,9 +84,9 @@ constexpr int D = 128;             // head dim (K = V = 128)
 constexpr int LDF = C + 4;         // padded f32 row stride of 64-column f32 tiles (272 B)
 
 // ---- workspace record per (chunk, value head), written by prep, read by walk (v7): two fp16 tiles [64 rows t][64
-// columns t'] — Tb' = Tb / sT and P' = P / sP, sT and sP powers of two that bring each tile's largest magnitude to
-// [0.5, 1) — each a [64][128 B] panel in the 128-byte-swizzled layout wgmma reads (the 16-byte piece j of row r
-// lives at piece j ^ (r & 7)), then the e-vectors. The walk moves the record with one bulk copy into a
+// columns t'] — Tb' = Tb / sT and P' = P / sP, sT and sP powers of two that bring the largest magnitude of the
+// tile (Tb') or of each 16-row block (P', v8) to [0.5, 1) — each a [64][128 B] panel in the 128-byte-swizzled
+// layout wgmma reads (the 16-byte piece j of row r lives at piece j ^ (r & 7)), then the e-vectors. The walk moves the record with one bulk copy into a
 // 1024-byte-aligned slot, so the swizzle phase (address bits 7-9) matches the row.
 // (v5: no Tg = T diag(β e^γ) tiles; the walk applies e^γ to Z in registers. v7: one fp16 tile each where v5/v6 kept
 // Tb and P as hi + lo bf16 pairs: fp16's 11-bit mantissa with a per-tile power-of-two scale (the range of bf16, no
@@ -91,9 +94,10 @@ constexpr int LDF = C + 4;         // padded f32 row stride of 64-column f32 til
 // bytes, written once by prep and read by both walk passes.)
 constexpr int WG_TILE = C * 128;                   // 8192
 constexpr int WG_NTILE = 2;
-// e-vectors, f32 [64] each: scale·e^{γ_i} (EGQ), e^{γ_C − γ_i} (EC), [e^{γ_C}, sT, sP, then 61 zeros] (EGC),
-// e^{γ_i} (EG)
+// e-vectors, f32 [64] each: scale·e^{γ_i} (EGQ), e^{γ_C − γ_i} (EC), [e^{γ_C}, sT, 0, 0, sP_0..sP_3, then 56
+// zeros] (EGC), e^{γ_i} (EG). v8: P' rows 16w..16w+15 carry their own scale sP_w (v7: one sP per tile).
 constexpr int WG_E = WG_NTILE * WG_TILE;
+constexpr int EGC_SP = 4;  // index of sP_0 in EGC (16-byte aligned: the walk reads the four as one float4)
 constexpr int WS_CHUNK_BYTES = WG_E + 4 * 4 * C;   // 17408
 static_assert(WS_CHUNK_BYTES == 17408 && WS_CHUNK_BYTES % 256 == 0, "workspace record (mirrored by the Rust runtime)");
 
@@ -213,10 +217,12 @@ __device__ __forceinline__ void mma_tf32(float* c, const u32* a, u32 b0, u32 b1)
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// x = hi + lo, both tf32 (round to nearest, ties away): the 3xTF32 products hi·hi + hi·lo + lo·hi carry ~fp32 accuracy.
+// x = hi + lo, both tf32 by truncation (the low 13 bits cleared: two LOP3 and an FADD; cvt.rna.tf32.f32 is ~8
+// instructions on sm_90, and was 31% of the prep's instructions in v7). hi·hi + hi·lo + lo·hi carry ~2^-20 relative
+// error, far below the f16 the record stores T in.
 __device__ __forceinline__ void split_tf32(float x, u32& hi, u32& lo) {
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(x - __uint_as_float(hi)));
+    hi = __float_as_uint(x) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi)) & 0xffffe000u;
 }
 
 // ---- prep shared memory (v6). K and Q rows by cp.async into the walk's 128-byte-swizzled K-major layout: two
@@ -304,70 +310,92 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
     __syncthreads();
     if (tid >= 32 && tid < C) gam_s[tid] += gam_s[31];
-
-    // ---- K Kᵀ and Q Kᵀ: 2 x 8 wgmma m64n64k16, A and B from the panels (v6; the mma.sync form gave warp w the
+    // ---- Q Kᵀ, then K Kᵀ: 8 wgmma m64n64k16 each, A and B from the panels (v6; the mma.sync form gave warp w the
     // 16w+16 columns its rows need: four times warp 0's work on warp 3). Warp w gets rows 16w..16w+15 in the
-    // mma.sync C layout: kk[n][r] = K Kᵀ (row 16w + g + 8(r/2), column 8n + 2t + r%2).
-    float kk[8][4], qk[8][4];
-    {
-        const u64 dk = wg_desc(smem_addr(smem + PKQ_OFF), 16, 1024);
-        wg_fence();
+    // mma.sync C layout: acc[n][r] = (row 16w + g + 8(r/2), column 8n + 2t + r%2).
+    // v8 (session 18): the two products run one after the other, each consumed before the next is issued, so at
+    // most 32 accumulators are live (v7 held K Kᵀ and Q Kᵀ together: 85 live registers, 96 allocated, 5 CTAs per
+    // SM). P goes straight to the record with one power-of-two scale per warp (its 16 rows): no barrier, nothing
+    // held. A cannot be written before K Kᵀ is done: it lies over the panels.
+    const u64 dk = wg_desc(smem_addr(smem + PKQ_OFF), 16, 1024);
+    auto kq_step = [](int s) { return (u64)(((s >> 2) * (128 * 128) + (s & 3) * 32) >> 4); };
+    constexpr u64 QROWS = (C * 128) >> 4;  // the Q rows (64..127) of the panels
+    float acc[8][4];
+    wg_fence();
 #pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            const u64 step = (u64)(((s >> 2) * (128 * 128) + (s & 3) * 32) >> 4);
-            wgmma_m64n64_ss(&kk[0][0], dk + step, dk + step, s > 0);
-            wgmma_m64n64_ss(&qk[0][0], dk + step + (u64)((C * 128) >> 4), dk + step, s > 0);
-        }
-        wg_commit();
-        wg_wait0();
-        wg_pin<32>(&kk[0][0]);
-        wg_pin<32>(&qk[0][0]);
-    }
-    __syncthreads();  // every warp is done with the K and Q panels (and γ is complete): T and A take their place
-    // zero the strictly-upper off-diagonal blocks of T (the record is written whole)
-    for (int e = tid; e < C * C; e += 128) {
-        const int r = e >> 6, c = e & 63;
-        if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
-    }
-    // ---- A (f32, smem, row-major, zero on and above the diagonal) and P (registers until its scale is known)
-    float pv[8][2][2];
+    for (int s = 0; s < 8; ++s) wgmma_m64n64_ss(&acc[0][0], dk + kq_step(s) + QROWS, dk + kq_step(s), s > 0);
+    wg_commit();
+    __syncthreads();  // γ complete (overlaps the products)
+    wg_wait0();
+    wg_pin<32>(&acc[0][0]);
+    // ---- P' = P / sP_w as f16 pairs, straight to the record; sP_w = the power of two of warp w's rows
     {
         float pm = 0.f;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < 8; ++nt) {
+            if (nt > 2 * warp + 1) {  // columns past the warp's rows (warp-uniform): zeros, no exponentials
+#pragma unroll
+                for (int r = 0; r < 4; ++r) acc[nt][r] = 0.f;
+                continue;
+            }
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
                 const int i = 16 * warp + g + 8 * hr;
-                const int j0 = 8 * nt + 2 * t;
-                const float gi = gam_s[i], bi = beta_s[i];
-                float av[2];
+                const float gi = gam_s[i];
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int j = j0 + e;
-                    const float dec = __expf(fminf(gi - gam_s[j], 0.f));
-                    av[e] = i > j ? bi * kk[nt][2 * hr + e] * dec : 0.f;
-                    pv[nt][hr][e] = i >= j ? p.scale * qk[nt][2 * hr + e] * dec : 0.f;
-                    pm = fmaxf(pm, fabsf(pv[nt][hr][e]));
+                    const int j = 8 * nt + 2 * t + e;
+                    const float dec = exp_ftz(fminf(gi - gam_s[j], 0.f));
+                    acc[nt][2 * hr + e] = i >= j ? p.scale * acc[nt][2 * hr + e] * dec : 0.f;
+                    pm = fmaxf(pm, fabsf(acc[nt][2 * hr + e]));
                 }
-                *reinterpret_cast<float2*>(Af + i * LDF + j0) = make_float2(av[0], av[1]);
             }
+        }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, off));
-        if (lane == 0) wmax[warp] = pm;
-    }
-    __syncthreads();
-    // P' = P / sP as f16 pairs, straight to the record (v7)
-    float sP;
-    {
-        float inv;
-        pow2_scale(fmaxf(fmaxf(wmax[0], wmax[1]), fmaxf(wmax[2], wmax[3])), inv, sP);
+        float inv, sP;
+        pow2_scale(pm, inv, sP);
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr)
                 *reinterpret_cast<u32*>(rec + rec_pair(1, 16 * warp + g + 8 * hr, 8 * nt + 2 * t)) =
-                    pack_f16(pv[nt][hr][0] * inv, pv[nt][hr][1] * inv);
+                    pack_f16(acc[nt][2 * hr] * inv, acc[nt][2 * hr + 1] * inv);
+        if (lane == 0) reinterpret_cast<float*>(rec + WG_E)[2 * C + EGC_SP + warp] = sP;
     }
+    // ---- K Kᵀ
+    wg_fence();
+#pragma unroll
+    for (int s = 0; s < 8; ++s) wgmma_m64n64_ss(&acc[0][0], dk + kq_step(s), dk + kq_step(s), s > 0);
+    wg_commit();
+    wg_wait0();
+    wg_pin<32>(&acc[0][0]);
+    __syncthreads();  // every warp is done with the K and Q panels: T and A take their place
+    // zero the strictly-upper off-diagonal blocks of T (the record is written whole)
+    for (int e = tid; e < C * C; e += 128) {
+        const int r = e >> 6, c = e & 63;
+        if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
+    }
+    // ---- A (f32, smem, row-major, zero on and above the diagonal; the blocks above the diagonal block are never
+    // read, so they are not written)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            if (nt > 2 * warp + 1) continue;  // warp-uniform
+            const int i = 16 * warp + g + 8 * hr;
+            const int j0 = 8 * nt + 2 * t;
+            const float gi = gam_s[i], bi = beta_s[i];
+            float av[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = j0 + e;
+                const float dec = exp_ftz(fminf(gi - gam_s[j], 0.f));  // (outside the select: no branch)
+                av[e] = i > j ? bi * acc[nt][2 * hr + e] * dec : 0.f;
+            }
+            *reinterpret_cast<float2*>(Af + i * LDF + j0) = make_float2(av[0], av[1]);
+        }
+    __syncwarp();  // the diagonal block a warp inverts is made of its own rows of A
     // ---- diagonal blocks: warp w inverts I + A_ww by forward substitution (lane c < 16 owns column c).
     {
         const int c = lane & 15, b0 = 16 * warp;
@@ -473,7 +501,7 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
             ev[3 * C + tid] = eg;
         } else {
             const int i = tid - C;
-            ev[2 * C + i] = i == 0 ? __expf(gC) : (i == 1 ? sT : (i == 2 ? sP : 0.f));
+            if (i < EGC_SP || i >= EGC_SP + 4) ev[2 * C + i] = i == 0 ? __expf(gC) : (i == 1 ? sT : 0.f);
         }
     }
 }
@@ -487,7 +515,7 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
 //   B2  Vn = (Vᵀ − Z diag(e^γ)) Tbᵀ   4 x m64n64k16 f16, A = Vᵀ (ldmatrix.trans) − Z e^γ (B1 accumulator), each
 //       row scaled by a power of two, B = the Tb' tile (= U − Z Tgᵀ with Tg = Tb diag(e^γ): the record holds no Tg)
 //   B3  Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K   4 x m64n128k16, B = the same K panels read MN-major (transposed),
-//       O = e^γ ⊙ Y + sP · Vn P'ᵀ     4 x m64n64k16 f16, A = B2's unscaled result, B = the P' tile (two commit groups)
+//       O = e^γ ⊙ Y + Vn P'ᵀ sP       4 x m64n64k16 f16, A = B2's unscaled result, B = the P' tile (two commit groups)
 // i.e. 20 tensor-core instructions per chunk for 64 value rows (v6: 44 with hi + lo pairs; the mma.sync walker
 // issued ~450 per warp for 16).
 // Every A fragment of a batch is formed before the batch's wgmma.fence, and O has registers of its own: otherwise
@@ -714,7 +742,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         // 16s + 8(i >> 1) + 2t, +1), each value row scaled by a power of two (its largest magnitude over the quad's
         // 64 columns to [0.5, 1)), rounded to f16 once. Vn = Vs · (rowmul · sT) with Vs the f16 product's result
         // (|Vs| < 64). (v5/v6: U = Vᵀ Tbᵀ and Z e^γ Tbᵀ as hi + lo bf16 pairs, 20 wgmma instead of 4.)
-        const float sT = ec[C + 1], sP = ec[C + 2];
+        const float sT = ec[C + 1];
         float X[4][8];
         float rm0 = 0.f, rm1 = 0.f;  // row maxima: rows g (fragments 0, 2) and g + 8 (fragments 1, 3)
 #pragma unroll
@@ -759,7 +787,8 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         wg_pin<32>(Vs);
         mul0 *= sT;  // Vn rows g, g + 8 = Vs · mul
         mul1 *= sT;
-        // ---- B3: Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K;  O = e^γ ⊙ Y + sP · Vn P'ᵀ (A = Vs as f16, |Vs| < 64)
+        // ---- B3: Sᵀ = e^{γC} Sᵀ + (Vn ⊙ e^{γC−γ}) K;  O = e^γ ⊙ Y + Vn P'ᵀ sP (A = Vs as f16, |Vs| < 64; sP per
+        // 16 output columns)
         float O[32];  // its own registers (accumulating onto ZY's upper half made ptxas serialise every wgmma)
 #pragma unroll
         for (int i = 0; i < 64; ++i) S[i] *= egc;
@@ -791,10 +820,13 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         wg_pin<64>(S);
         if constexpr (!SUMMARY) {
             wg_pin<32>(O);
-            const float o0 = mul0 * sP, o1 = mul1 * sP;
+            // P' rows = O columns 16b..16b+15 carry the scale sP_b (v8)
+            const float4 sP4 = *reinterpret_cast<const float4*>(ec + C + EGC_SP);
+            const float sP[4] = {sP4.x, sP4.y, sP4.z, sP4.w};
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const float e0 = egq[8 * j + 2 * t], e1 = egq[8 * j + 2 * t + 1];
+                const float o0 = mul0 * sP[j >> 1], o1 = mul1 * sP[j >> 1];
                 O[4 * j] = fmaf(O[4 * j], o0, ZY[32 + 4 * j] * e0);
                 O[4 * j + 1] = fmaf(O[4 * j + 1], o0, ZY[33 + 4 * j] * e1);
                 O[4 * j + 2] = fmaf(O[4 * j + 2], o1, ZY[34 + 4 * j] * e0);

@@ -1,10 +1,29 @@
 // sm90.cuh — PTX helpers shared by prefill.cu and prefill64.cu (Hopper, sm_90a): shared-memory addresses,
 // ldmatrix, mma.sync m16n8k16 (bf16 in, fp32 accumulate), cp.async, mbarriers and bulk (TMA, non-tensor) copies,
-// bf16 packing and hi + lo splitting, and the fp32 / bf16 state load/store pair. One definition of each, so the
+// bf16 packing and hi + lo splitting, the fp32 / bf16 state load/store pair, and the ftz MUFU approximations. One definition of each, so the
 // two prefill kernels cannot drift apart. Needs gates.cuh first (u32, i64, the bf16 types).
 #pragma once
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// MUFU approximations with flush-to-zero: results under 2^-126 are 0 (decays may underflow to 0 by design); no
+// subnormal fix-up sequence around each instruction (the non-ftz ex2 costs a compare and two predicated multiplies).
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float lg2_ftz(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float exp_ftz(float x) { return ex2_ftz(x * 1.4426950408889634f); }
 
 // ldmatrix x4 (and transposed), into four registers or an array of four.
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {

@@ -67,7 +67,10 @@ class Module64:
         # WGS2: the cp passes with two warpgroups per CTA (gdn_prefill64_cp_pass{1,3}w_*, one CTA per head)
         self.scan8 = "SCAN8" in defines
         self.wgs = 2 if "WGS2" in defines else 1
-        defines = tuple(d for d in defines if d not in ("SCAN8", "WGS2"))
+        # CARVE<n>: the prep kernel's preferred shared-memory carveout, n percent (session 18: does the driver's
+        # default give the prep its register-allowed CTAs per SM?)
+        carve = next((int(d[5:]) for d in defines if d.startswith("CARVE")), None)
+        defines = tuple(d for d in defines if d not in ("SCAN8", "WGS2") and not d.startswith("CARVE"))
         # layout constants from the source (an A/B baseline from git may differ): record bytes, walk smem
         self.ws_chunk = int(re.search(r"WS_CHUNK_BYTES == (\d+)", src).group(1))
         ws = re.search(r"WALK_SMEM == (\d+)", src)
@@ -110,6 +113,12 @@ class Module64:
             regs[name] = (ph._ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_NUM_REGS, f), "regs"),
                           ph._ok(cu.cuFuncGetAttribute(A.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f), "local"))
             self.fns[name] = f
+        pf = self.fns["gdn_prefill64_prep"]
+        if carve is not None:
+            ph._ok((cu.cuFuncSetAttribute(pf, A.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, carve)[0], None),
+                   "carveout")
+        occ = ph._ok(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(pf, 128, self.prep_smem), "occupancy")
+        log(f"prep: {occ} CTAs per SM by the occupancy API (carveout {carve})")
         RES["compile"] = {"seconds": time.time() - t, "regs_local": regs}
         log(f"compiled prefill64 in {time.time() - t:.2f}s regs/local {regs}")
         self.ws = None
