@@ -1,7 +1,8 @@
 // sm90.cuh — PTX helpers shared by prefill.cu and prefill64.cu (Hopper, sm_90a): shared-memory addresses,
 // ldmatrix, mma.sync m16n8k16 (bf16 in, fp32 accumulate), cp.async, mbarriers and bulk (TMA, non-tensor) copies,
-// bf16 packing and hi + lo splitting, the fp32 / bf16 state load/store pair, and the ftz MUFU approximations. One definition of each, so the
-// two prefill kernels cannot drift apart. Needs gates.cuh first (u32, i64, the bf16 types).
+// bf16 packing and hi + lo splitting, the fp32 / bf16 state load/store pair, and the ftz MUFU approximations.
+// One definition of each, so the two prefill kernels cannot drift apart. Needs gates.cuh first (u32, i64, the
+// bf16 types).
 #pragma once
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
