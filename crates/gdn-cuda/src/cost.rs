@@ -16,8 +16,12 @@
 //! contest-mix workloads of ≥ 2048 tokens with chunk64 and both cp walk forms at 7–8 segment lengths each
 //! (`prefill64_harness.py mixlong`, results/2026-11-21-h200-s14-mixlong.json) and single sequences of 2K–64K
 //! tokens at 7 segment lengths (results/2026-11-21-h200-s14-single.json), fitted on log error per part by
-//! `kernels/harness/fit_cost.py` (results/prefill64_s14.md); the fused and scan constants are session 13's
-//! (their kernels did not change). `tests/cost.rs` replays the mix table. Times scale with 132 / SMs.
+//! `kernels/harness/fit_cost.py` (results/prefill64_s14.md); the fused constants are session 13's (their kernel
+//! did not change). The prep and scan constants were refitted in session 18 (v8 prep, and the scan's cheaper
+//! 3xTF32 split) by `fit_cost.py --scan` on a new mixlong sweep and single sequences
+//! (results/2026-11-21-h200-s18-mixlong.json, …-s18-single.json; results/prefill_s18.md); the walk constants
+//! refitted within 2% there and were kept. `tests/cost.rs` replays the mix table (session 18's). Times scale with
+//! 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
@@ -85,14 +89,15 @@ pub const WALK_FORMS: [WalkForm; 2] = [
         pass3_cta_us: 4.3,
     },
 ];
-/// Prep: fixed µs, and SM·µs per (64-token chunk, value head).
-pub const PREP_FIXED_US: f64 = 6.4;
-pub const PREP_CHUNK_SM_US: f64 = 3.17;
+/// Prep: fixed µs, and SM·µs per (64-token chunk, value head). (Prep and scan: the fit's values to four places;
+/// rounding them to two moves 2x16384's segment count by one, a knife-edge `tests/policy.rs` pins.)
+pub const PREP_FIXED_US: f64 = 6.429;
+pub const PREP_CHUNK_SM_US: f64 = 2.6405;
 /// Scan, by kernel (its CTAs per (sequence, value head): 16 = `gdn_prefill64_cp_scan8`, 8 = `…_cp_scan`):
 /// fixed µs and µs per dependent step (one per segment after the second).
 pub const SCAN_US: [(u32, f64, f64); 2] = [
-    (prefill64::CP_SCAN8_CTAS, 1.6, 2.7),
-    (prefill64::CP_SCAN_CTAS, 0.8, 4.6),
+    (prefill64::CP_SCAN8_CTAS, 1.06, 2.144),
+    (prefill64::CP_SCAN_CTAS, 0.803, 3.1422),
 ];
 /// Scan: µs per wave of scan CTAs (one per SM; most belong to short sequences and return at once).
 pub const SCAN_WAVE_US: f64 = 0.65;

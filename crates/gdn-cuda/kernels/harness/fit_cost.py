@@ -8,8 +8,10 @@ AB_BUILDS="base;base,WGS2" on single sequences (rows: ab, config "1xT", L, prep_
 
 Mirrors cost.rs (`Lengths::of` with the longest length as hint, `cp_us`): prep, pass 1 and pass 3 are fitted on
 squared log error, each part on its own (the scan and fused constants are left alone: their kernels are separate).
-Prints the constants, the error of each part and of the cp total (the scan from cost.rs), and with --table the
-MEASURED rows of crates/gdn-cuda/tests/cost.rs.
+Prints the constants, the error of each part and of the cp total, and with --table the MEASURED rows of
+crates/gdn-cuda/tests/cost.rs. --scan also fits the scan constants (SF/SS = SCAN_US fixed / step, by CTAs per
+head; session 18: the scan kernel changed), from the mixlong rows only (the single-sequence cpab rows run the
+8-CTA scan whatever the policy would pick); otherwise they stay cost.rs's.
 """
 import json, math, sys
 
@@ -45,7 +47,7 @@ def parts(T, N, longest, L, wg, p):
         return prep, pass1, 0.0, 0.0
     rest = (-(-short_tokens // C)) // L * HV * cph
     per_head = 16 if N * HV * 16 <= SMS else 8
-    fixed, step = SCAN_US[per_head]
+    fixed, step = p.get(f"SF{per_head}", SCAN_US[per_head][0]), p.get(f"SS{per_head}", SCAN_US[per_head][1])
     scan = fixed + step * max(segs - 2, 0) + SCAN_WAVE_US * (N * HV * per_head) / SMS
     pass3 = max(L * W + C3, (chains * (segs - 1) + rest) * seg_walk / SMS)
     return prep, pass1, scan, pass3
@@ -60,7 +62,8 @@ def points(mix, single):
         for k, v in r.items():
             if k.startswith(("cp_G", "cp2_G")):
                 out.append((T, N, mx, v["L"], 2 if k.startswith("cp2") else 1,
-                            {"prep": v["prep"], "pass1": v["pass1"], "pass3": v["pass3"], "total": v["median_us"]}))
+                            {"prep": v["prep"], "pass1": v["pass1"], "scan": v["scan"], "pass3": v["pass3"],
+                             "total": v["median_us"]}))
     for r in (single or {}).get("timings", []):
         T = int(r["config"].split("x")[1]) * int(r["config"].split("x")[0])
         N = int(r["config"].split("x")[0])
@@ -78,7 +81,7 @@ def loss(p, pts, keys):
     e = []
     for T, N, mx, L, wg, m in pts:
         pr, p1, sc, p3 = parts(T, N, mx, L, wg, p)
-        est = {"prep": pr, "pass1": p1, "pass3": p3}
+        est = {"prep": pr, "pass1": p1, "scan": sc, "pass3": p3}
         if "pass1" not in m and "pass1" in keys and wg == 1:  # chunk64 total = prep + walk
             e.append(math.log((pr + p1) / m["total"]))
         for k in keys:
@@ -126,9 +129,13 @@ def main():
     # start: the session-13 constants
     p = {"PF": 7.0, "PC": 3.3, "W1": 2.6, "S1": 1.2, "C1": 6.2, "C3_1": 2.0, "W2": 3.5, "S2": 1.6, "C2": 8.1,
          "C3_2": 8.2}
-    rms = lambda: {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "pass3")}
+    p.update({f"SF{h}": f for h, (f, _) in SCAN_US.items()})
+    p.update({f"SS{h}": st for h, (_, st) in SCAN_US.items()})
+    rms = lambda: {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "scan", "pass3")}
     print("rms log error at the start:", rms())
     fit(pts, p, ["PF", "PC"], ["prep"])
+    if "--scan" in sys.argv:  # the scan too (mixlong rows only: they run the scan kernel policy.rs picks)
+        fit(pts, p, ["SF16", "SS16", "SF8", "SS8"], ["scan"])
     for _ in range(2):  # pass 1 and pass 3 share W and C
         fit(pts, p, ["W1", "S1", "C1"], ["pass1"])
         fit(pts, p, ["C3_1"], ["pass3"])
@@ -141,7 +148,7 @@ def main():
         est = sum(parts(T, N, mx, L, wg, p))
         errs.append(est / m["total"] - 1)
     errs = np.array(errs)
-    print(f"total (scan from cost.rs): rms {math.sqrt(np.mean(errs ** 2)):.3f} max {np.max(np.abs(errs)):.3f} "
+    print(f"total: rms {math.sqrt(np.mean(errs ** 2)):.3f} max {np.max(np.abs(errs)):.3f} "
           f"over {len(errs)} points")
     if "--table" in sys.argv:
         for r in mix["timings"]:
