@@ -9,6 +9,7 @@ process order and machine for every file: compare only files from one call).
 """
 import argparse
 import json
+import signal
 
 
 def medians(path, tier, op):
@@ -25,6 +26,7 @@ def medians(path, tier, op):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     ap = argparse.ArgumentParser()
     ap.add_argument("--tier", default="cupti")
     ap.add_argument("--op", default="")
