@@ -47,10 +47,11 @@
 // fp32 or bf16 by walk variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory. Value head h
 // reads q/k head h / (HV / H). All offsets are 64-bit. HV need not be even here.
 //
-// Numerics: products with S use S rounded to bf16 (as FLA/FlashInfer); T is computed in fp32. v7: Tb and P are
-// one f16 tile each with a per-tile power-of-two scale, V − Z e^γ and Vn are f16 A operands with a per-row
-// power-of-two scale (the range of fp32, an 11-bit mantissa; v5/v6 carried hi + lo bf16 pairs, with the same errors
-// in session 11's fp64 emulation and in the session-14 device checks); the update operand Vn e^{γC−γ} is one bf16.
+// Numerics: products with S use S rounded to bf16 (as FLA/FlashInfer); T is computed in fp32 (3xTF32 block products;
+// v8: truncating splits, ~2^-20 relative). v7: Tb and P are one f16 tile each with power-of-two scales (Tb: one per
+// tile; P, v8: one per 16 rows), V − Z e^γ and Vn are f16 A operands with a per-row power-of-two scale (the range of
+// fp32, an 11-bit mantissa; v5/v6 carried hi + lo bf16 pairs, with the same errors in session 11's fp64 emulation
+// and in the session-14 device checks); the update operand Vn e^{γC−γ} is one bf16.
 // ---------------------------------------------------------------------------------------------------------
 #include "gates.cuh"
 #include "sm90.cuh"
@@ -234,7 +235,7 @@ constexpr int PT_OFF = 0;                          // T f32 [64][68] over the K/
 constexpr int PA_OFF = C * LDF * 4;                // A f32 [64][68] (17408), over the rest of them
 constexpr int PG_OFF = PA_OFF + C * LDF * 4;       // γ f32 [64]
 constexpr int PB_OFF = PG_OFF + 4 * C;             // β f32 [64]
-constexpr int PR_OFF = PB_OFF + 4 * C;             // per-warp maxima f32 [2][4] (v7: the tiles' scales)
+constexpr int PR_OFF = PB_OFF + 4 * C;             // per-warp maxima f32 [2][4] (v8: only [1][·], Tb's scale)
 constexpr int PREP_SMEM = PR_OFF + 32 + 1024;      // + slack to align the base to 1024 B
 static_assert(PG_OFF >= PKQ_OFF + 2 * 128 * 128, "γ / β do not alias the K / Q panels");
 static_assert(PREP_SMEM == 36384, "prep smem (mirrored by the Rust runtime)");
