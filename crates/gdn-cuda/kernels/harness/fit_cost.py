@@ -7,7 +7,7 @@ tile, chunk64, both cp walk forms at 7-8 segment lengths, CUPTI parts). SINGLE.j
 AB_BUILDS="base;base,WGS2" on single sequences (rows: ab, config "1xT", L, prep_us, pass1_us, pass3_us).
 
 Mirrors cost.rs (`Lengths::of` with the longest length as hint, `cp_us`): prep, pass 1 and pass 3 are fitted on
-squared log error, each part on its own (the scan and fused constants are left alone: their kernels are separate).
+squared log error, each part on its own (the fused constants are left alone: their kernel is separate).
 Prints the constants, the error of each part and of the cp total, and with --table the MEASURED rows of
 crates/gdn-cuda/tests/cost.rs. --scan also fits the scan constants (SF/SS = SCAN_US fixed / step, by CTAs per
 head; session 18: the scan kernel changed), from the mixlong rows only (the single-sequence cpab rows run the
@@ -18,7 +18,7 @@ import json, math, sys
 import numpy as np
 
 SMS, HV, C = 132, 8, 64
-SCAN_US = {16: (1.6, 2.7), 8: (0.8, 4.6)}  # cost.rs SCAN_US: CTAs per head -> (fixed, per step)
+SCAN_US = {16: (1.06, 2.144), 8: (0.803, 3.1422)}  # cost.rs SCAN_US: CTAs per head -> (fixed, per step)
 SCAN_WAVE_US = 0.65
 
 
