@@ -47,6 +47,10 @@
 //                     workload) 5.74 -> 6.00x FlashInfer, 1x128 8.2 -> 7.9 us, 1x8192 bv16 264.4 -> 258.7, 4x2048 bv32
 //                     82.4 -> 80.7. (Measured and dropped: the first chunk prepared by two producer warps, and a
 //                     producer order with Q Kᵀ after A — results/prefill_s10.md.)
+//     v12.2 (every tile): load_chunk advances one pointer per lane (v12.1 formed a 64-bit offset for every 16-byte
+//                     piece: 240-300 SASS instructions per chunk, now 117-140, on the producers' stream). Bitwise the
+//                     same; H200, same process: 1x128 bv16 7.7 -> 7.4 us, 1x1024 35.2 -> 34.1, 4x2048 bv32 79.1 ->
+//                     78.2, mix30 bv128 72.1 -> 71.2, 64x1024 bv128 307.5 -> 300.2 (results/prefill_s19.md).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -316,33 +320,45 @@ extern "C" __device__ long long gdn_trace3[256][16];
 template <int BV>
 __device__ __forceinline__ void load_chunk(const PrefillParams& p, unsigned char* slot, i64 t0, i64 eos, int hq, int h,
                                            int v0, int lane) {
-    const int H = p.num_q_heads, HV = p.num_v_heads;
+    // v12.2: every lane copies the same 16-byte piece of rows r0, r0 + step, ...: one pointer per lane and tensor,
+    // advanced by a constant, and shared-memory addresses that differ by immediates (v12.1 formed ((t0 + r) H + hq) D + 8c
+    // afresh for every piece: ~240 instructions per chunk, a quarter of the producer's stream).
+    const int nrows = eos - t0 < C ? (int)(eos - t0) : C;  // rows [0, nrows) exist
     const u32 ks = smem_addr(slot + Slot<BV>::K_OFF), qs = smem_addr(slot + Slot<BV>::Q_OFF);
+    {
+        const int r0 = lane >> 4, c = lane & 15;  // 256 pieces of 16 B per tile: piece c of rows r0, r0 + 2, ...
+        const i64 row = (i64)p.num_q_heads * D;
+        const i64 off = (t0 + r0) * row + (i64)hq * D + c * 8;
+        const __nv_bfloat16 *kp = p.k + off, *qp = p.q + off;
+        const u32 d = (u32)(r0 * LDK + c * 8) * 2;
 #pragma unroll
-    for (int it = 0; it < (C * D / 8) / 32; ++it) {  // 256 pieces of 16 B per tile, 8 per lane
-        int idx = it * 32 + lane, r = idx >> 4, c = idx & 15;
-        bool ok = t0 + r < eos;
-        i64 off = ok ? ((t0 + r) * H + hq) * (i64)D + c * 8 : 0;
-        u32 d = (u32)(r * LDK + c * 8) * 2;
-        cp_async16(ks + d, p.k + off, ok);
-        cp_async16(qs + d, p.q + off, ok);
+        for (int it = 0; it < C / 2; ++it) {
+            const bool ok = r0 + 2 * it < nrows;  // (a row past the end copies nothing from the tensor's base)
+            cp_async16(ks + d + (u32)(2 * it * LDK * 2), ok ? kp : p.k, ok);
+            cp_async16(qs + d + (u32)(2 * it * LDK * 2), ok ? qp : p.q, ok);
+            kp += 2 * row;
+            qp += 2 * row;
+        }
     }
-    const u32 vs = smem_addr(slot + Slot<BV>::V_OFF);
-    constexpr int PPR = BV / 8;  // 16-byte pieces per V row
+    {
+        constexpr int PPR = BV / 8;      // 16-byte pieces per V row (2..16: divides 32)
+        constexpr int RSTEP = 32 / PPR;  // rows per step
+        const int r0 = lane / PPR, c = lane % PPR;
+        const i64 row = (i64)p.num_v_heads * D;
+        const __nv_bfloat16* vp = p.v + (t0 + r0) * row + (i64)h * D + v0 + c * 8;
+        const u32 vs = smem_addr(slot + Slot<BV>::V_OFF) + (u32)(r0 * Slot<BV>::LDV + c * 8) * 2;
 #pragma unroll
-    for (int it = 0; it < (C * PPR + 31) / 32; ++it) {
-        int idx = it * 32 + lane;
-        if (idx < C * PPR) {
-            int r = idx / PPR, c = idx % PPR;
-            bool ok = t0 + r < eos;
-            i64 off = ok ? ((t0 + r) * HV + h) * (i64)D + v0 + c * 8 : 0;
-            cp_async16(vs + (u32)(r * Slot<BV>::LDV + c * 8) * 2, p.v + off, ok);
+        for (int it = 0; it < C / RSTEP; ++it) {
+            const bool ok = r0 + RSTEP * it < nrows;
+            cp_async16(vs + (u32)(RSTEP * it * Slot<BV>::LDV * 2), ok ? vp : p.v, ok);
+            vp += RSTEP * row;
         }
     }
     // Gate inputs: lane l < 16 copies the aligned bf16 pair holding a[t0+l, h], lane l >= 16 the pair holding
     // b[t0+l-16, h] (HV is even, so the pair lies in the same token row and never past the end). Staging them
     // through shared memory keeps the producer free of a register that waits on DRAM.
     {
+        const int HV = p.num_v_heads;
         const i64 tt = t0 + (lane & 15);
         const bool ok = tt < eos;
         const i64 idx = ok ? ((tt * HV + h) & ~1LL) : 0;

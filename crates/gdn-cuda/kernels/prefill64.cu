@@ -18,6 +18,10 @@
 // instruction issue, and 31% of its instructions were cvt.rna.tf32 emulation: a truncating split, ftz exponentials,
 // Q Kᵀ and K Kᵀ one after the other (78 registers: 6 CTAs per SM instead of 5) and no exponentials above the
 // diagonal blocks: prep 187 -> 153 us at 1x65536, the cp scan 29 -> 21 us (the same split).
+// v9 (session 19, results/prefill_s19.md): the walks issue the next chunk's K/Q/V copies while B1 runs on the tensor
+// cores (v8: before B1, on the chain), and every K/Q/V copy loop (walks and prep) advances one pointer per thread
+// instead of forming a 64-bit offset per piece (pass 3 -20% SASS). Bitwise the same results; H200: the plain walk
+// 1x8192 270 -> 208 us, 64x1024 410 -> 378; cp 1x65536 (L 114) 631 -> 586, 1x8192 (L 15) 118 -> 113.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -194,6 +198,32 @@ __device__ __forceinline__ void pow2_scale(float m, float& inv, float& mul) {
 // Byte offset of the 16-byte piece j of row r in a swizzled [rows][128 B] panel.
 __device__ __forceinline__ u32 swz(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
 
+// K and Q rows [start, start + C) of query head hq (Q only when LOADQ) into the two swizzled 64-column panels at
+// `kq` (K rows 0..63, Q rows 64..127), by cp.async, zero-filled from row nvalid on; THREADS threads (a multiple of
+// 128), thread tid. Thread tid always copies piece c = tid & 15 of rows r0 = tid >> 4, r0 + RS, ... (RS = THREADS / 16
+// is a multiple of 8, so the row's swizzle phase r & 7 is the same for all of them): one pointer per thread and
+// tensor, advanced by a constant, and a shared-memory address that is the first one plus an immediate (v9; the loop formed
+// ((start + r) H + hq) D + 8c afresh for every piece: ~3x the instructions, on the walk's chain).
+template <int THREADS, bool LOADQ>
+__device__ __forceinline__ void load_kq_rows(const Prefill64Params& p, u32 kq, i64 start, int nvalid, int hq,
+                                             int tid) {
+    static_assert(THREADS % 128 == 0, "whole warpgroups");
+    constexpr int RS = THREADS / 16;
+    const int r0 = tid >> 4, c = tid & 15;
+    const i64 row = (i64)p.num_q_heads * D;  // elements between token rows
+    const i64 off = (start + r0) * row + (i64)hq * D + c * 8;
+    const __nv_bfloat16 *kp = p.k + off, *qp = p.q + off;
+    const u32 dst = kq + (u32)(c >> 3) * (128 * 128) + swz(r0, c & 7);
+#pragma unroll
+    for (int it = 0; it < C / RS; ++it) {
+        const bool ok = r0 + it * RS < nvalid;  // (a row past the end copies nothing from the tensor's base)
+        cp_async16(dst + (u32)(it * RS * 128), ok ? kp : p.k, ok);
+        if (LOADQ) cp_async16(dst + (u32)((C + it * RS) * 128), ok ? qp : p.q, ok);
+        kp += RS * row;
+        qp += RS * row;
+    }
+}
+
 // D[64 x 64] (+)= A[64 x 16] . B[16 x 64], both from shared memory descriptors (K-major), bf16; fp32 D.
 __device__ __forceinline__ void wgmma_m64n64_ss(float* d, u64 da, u64 db, int accumulate) {
     asm volatile(
@@ -277,19 +307,8 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
 
     // ---- K, Q rows (cp.async, zero-filled past the end) into the swizzled panels. (Per-row bulk copies issued by one
     // warp were slower: the TMA unit takes small copies one after another.)
-    {
-        const u32 kq = smem_addr(smem + PKQ_OFF);
-#pragma unroll
-        for (int it = 0; it < (C * D / 8) / 128; ++it) {  // 1024 pieces of 16 B per tile, 8 per thread
-            const int idx = it * 128 + tid, r = idx >> 4, c = idx & 15;
-            const bool ok = r < nvalid;
-            const i64 off = ok ? ((start + r) * H + hq) * (i64)D + c * 8 : 0;
-            const u32 panel = kq + (u32)(c >> 3) * (128 * 128);
-            cp_async16(panel + swz(r, c & 7), p.k + off, ok);
-            cp_async16(panel + swz(C + r, c & 7), p.q + off, ok);
-        }
-        cp_async_commit();
-    }
+    load_kq_rows<128, true>(p, smem_addr(smem + PKQ_OFF), start, nvalid, hq, tid);
+    cp_async_commit();
     // ---- gates: log-decay and β for token tid (< 64), inclusive scan of the log-decays per warp
     if (tid < C) {
         const bool ok = tid < nvalid;
@@ -575,7 +594,7 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
                                               const unsigned char* rec, i64 start, int nvalid, int hq, int h, int v0,
                                               int tid, bool loadv) {
     using Lay = WalkLayout<WGS>;
-    const int H = p.num_q_heads, HV = p.num_v_heads;
+    const int HV = p.num_v_heads;
     // (GDN_WG_NOREC / GDN_WG_NOKQV: timing ablations for the harness only — they skip loads, results are wrong)
 #ifndef GDN_WG_NOREC
     if (tid == 0) {
@@ -592,23 +611,18 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
     if (tid == 0) mbar_arrive_expect_tx(bar, 0);
 #endif
 #ifndef GDN_WG_NOKQV
-    const u32 kq = smem_addr(slot + Lay::KQ);
+    load_kq_rows<Lay::THREADS, LOADQ>(p, smem_addr(slot + Lay::KQ), start, nvalid, hq, tid);
+    if (loadv) {  // V: the CTA's WGS halves, 512 pieces each, 4 per thread: piece pc of rows rv0, rv0 + 16, ...
+        const int rv0 = tid / (8 * WGS), pc = tid % (8 * WGS);
+        const i64 row = (i64)HV * D;
+        const __nv_bfloat16* vp = p.v + (start + rv0) * row + (i64)h * D + v0 + pc * 8;
+        const u32 dst = smem_addr(slot + Lay::V) + (u32)(pc >> 3) * (C * 128) + swz(rv0, pc & 7);
 #pragma unroll
-    for (int it = 0; it < (C * D / 8) / Lay::THREADS; ++it) {  // K and Q: 1024 pieces each
-        const int idx = it * Lay::THREADS + tid, r = idx >> 4, c = idx & 15;
-        const bool ok = r < nvalid;
-        const i64 off = ok ? ((start + r) * H + hq) * (i64)D + c * 8 : 0;
-        const u32 panel = kq + (u32)(c >> 3) * (128 * 128);
-        cp_async16(panel + swz(r, c & 7), p.k + off, ok);
-        if (LOADQ) cp_async16(panel + swz(C + r, c & 7), p.q + off, ok);
-    }
-#pragma unroll
-    for (int it = 0; it < 4; ++it) {  // V: the CTA's WGS halves, 512 pieces each, 4 per thread
-        if (!loadv) break;
-        const int idx = it * Lay::THREADS + tid, r = idx / (8 * WGS), pc = idx % (8 * WGS);
-        const bool ok = r < nvalid;
-        const i64 off = ok ? ((start + r) * HV + h) * (i64)D + v0 + pc * 8 : 0;
-        cp_async16(smem_addr(slot + Lay::V) + (u32)(pc >> 3) * (C * 128) + swz(r, pc & 7), p.v + off, ok);
+        for (int it = 0; it < 4; ++it) {
+            const bool ok = rv0 + 16 * it < nvalid;
+            cp_async16(dst + (u32)(16 * it * 128), ok ? vp : p.v, ok);
+            vp += 16 * row;
+        }
     }
 #endif
     cp_async_commit();
@@ -706,12 +720,6 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
         mbar_wait(bar0 + 8 * (lc & 1), (u32)(lc >> 1) & 1u);
         __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)
-        if (c + 1 < c1) {
-            const i64 ns = cstart + C;
-            walk_wg_issue<WGS, !SUMMARY>(p, smem + ((lc + 1) & 1) * Lay::SLOT, bar0 + 8 * ((lc + 1) & 1),
-                                         rec0 + (i64)(c + 1) * rec_stride, ns, eos - ns < C ? (int)(eos - ns) : C, hq,
-                                         h, vload, tid, loadv);
-        }
         const u32 kq = smem_addr(slot + Lay::KQ), vs = smem_addr(slot + Lay::V) + (u32)(wg * C * 128),
                   rs = smem_addr(slot + Lay::REC);
         const float* egq = reinterpret_cast<const float*>(slot + Lay::REC + WG_E);
@@ -741,6 +749,13 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
             else wgmma_m64n128<0>(ZY, aS[s], dk, s > 0);
         }
         wg_commit();
+        // v9: chunk c+1's loads are issued while B1 runs on the tensor cores (v8 issued them before B1, on the chain)
+        if (c + 1 < c1) {
+            const i64 ns = cstart + C;
+            walk_wg_issue<WGS, !SUMMARY>(p, smem + ((lc + 1) & 1) * Lay::SLOT, bar0 + 8 * ((lc + 1) & 1),
+                                         rec0 + (i64)(c + 1) * rec_stride, ns, eos - ns < C ? (int)(eos - ns) : C, hq,
+                                         h, vload, tid, loadv);
+        }
         wg_wait0();
         wg_pin<NZY>(ZY);
         // ---- B2 (v7): Vn = (Vᵀ − Z diag(e^γ)) Tbᵀ as one f16 product. X = Vᵀ − Z e^γ (the transition walk: −Z e^γ)
