@@ -51,6 +51,11 @@
 //                     piece: 240-300 SASS instructions per chunk, now 117-140, on the producers' stream). Bitwise the
 //                     same; H200, same process: 1x128 bv16 7.7 -> 7.4 us, 1x1024 35.2 -> 34.1, 4x2048 bv32 79.1 ->
 //                     78.2, mix30 bv128 72.1 -> 71.2, 64x1024 bv128 307.5 -> 300.2 (results/prefill_s19.md).
+//     v12.3 (every tile): B operands load by ldmatrix in "B order" (walker_lanes), so each mma's two B registers are
+//                     an adjacent pair; the producers' K Kᵀ / Q Kᵀ read K a second time in that order. v12.2 made ptxas
+//                     copy them into pairs: ~150 register moves per kernel, now ~20. Bitwise the same; H200, same
+//                     process: 32x256 bv128 52.9 -> 50.7 us, mix30 71.2 -> 68.8, 64x1024 300.8 -> 291.2, 4x2048 bv32
+//                     78.5 -> 77.2, 1x1024 bv32 40.2 -> 39.2; bv16 even (1x1024 34.2 -> 34.3, 1x8192 246 -> 248).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -407,16 +412,18 @@ __device__ __forceinline__ void zero_rows(unsigned char* slot, int from, int lan
 template <int BV>
 __device__ __forceinline__ void prep_products(const unsigned char* slot, int lane, float (&kk)[2][2][4], float (&qk)[2][2][4]) {
     const u32 ks = smem_addr(slot + Slot<BV>::K_OFF), qs = smem_addr(slot + Slot<BV>::Q_OFF);
-    const u32 lo = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;
+    const u32 lo = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;                         // A order
+    const u32 lob = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDK + 8 * ((lane >> 3) & 1)) * 2;  // B order (v12.3)
 #pragma unroll
     for (int s = 0; s < 8; ++s) {
-        u32 k0, k1, k2, k3, q0, q1, q2, q3;
+        u32 k0, k1, k2, k3, q0, q1, q2, q3, b0, b1, b2, b3;
         ldsm_x4(ks + lo + s * 32, k0, k1, k2, k3);
         ldsm_x4(qs + lo + s * 32, q0, q1, q2, q3);
-        mma(kk[s & 1][0], k0, k1, k2, k3, k0, k2);
-        mma(kk[s & 1][1], k0, k1, k2, k3, k1, k3);
-        mma(qk[s & 1][0], q0, q1, q2, q3, k0, k2);
-        mma(qk[s & 1][1], q0, q1, q2, q3, k1, k3);
+        ldsm_x4(ks + lob + s * 32, b0, b1, b2, b3);  // K again as B pairs: one ldmatrix instead of ~4 register moves
+        mma(kk[s & 1][0], k0, k1, k2, k3, b0, b1);
+        mma(kk[s & 1][1], k0, k1, k2, k3, b2, b3);
+        mma(qk[s & 1][0], q0, q1, q2, q3, b0, b1);
+        mma(qk[s & 1][1], q0, q1, q2, q3, b2, b3);
     }
 }
 
@@ -551,15 +558,21 @@ __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned c
 // Shared pieces. Fragment conventions (mma.sync m16n8k16): an accumulator [nt][r] of a 16 x 16 product holds
 // (row g, cols 8nt + 2t, +1) in r = 0, 1 and (row g + 8, same cols) in r = 2, 3.
 struct WalkerLanes {
-    u32 lo_row, lo_16, lo_vt, lo_tt;
+    u32 lo_row, lo_kb, lo_16, lo_vt, lo_tt;
 };
 template <int BV>
 __device__ __forceinline__ WalkerLanes walker_lanes(int lane, int wv) {
     WalkerLanes l;
-    l.lo_row = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;   // K/Q tiles
-    l.lo_16 = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;  // 16x16 tiles
+    // ldmatrix x4 lane addresses: lanes 8i..8i+7 address the rows of matrix i. "A order" (lo_row, lo_vt): matrices
+    // (rows 0-7, cols 0-7), (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) = a0..a3. v12.3: the
+    // tiles read only as B operands (lo_kb, lo_16, lo_tt) load in "B order", so that the two registers of n-tile nt
+    // are r[2nt], r[2nt + 1], a register pair as the mma wants it (v12.1 took r[nt], r[nt + 2]: ptxas copied them
+    // into pairs, ~2 moves per mma).
+    l.lo_row = (u32)((lane & 15) * LDK + 8 * (lane >> 4)) * 2;                        // K (update: .trans, A order)
+    l.lo_kb = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDK + 8 * ((lane >> 3) & 1)) * 2;  // K/Q as B (n = rows)
+    l.lo_16 = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDS16 + 8 * ((lane >> 3) & 1)) * 2;  // P as B (n = rows)
     l.lo_vt = (u32)(((lane & 7) + 8 * (lane >> 4)) * Slot<BV>::LDV + 16 * wv + 8 * ((lane >> 3) & 1)) * 2;  // Vᵀ
-    l.lo_tt = (u32)(((lane & 7) + 8 * (lane >> 4)) * LDS16 + 8 * ((lane >> 3) & 1)) * 2;  // transposed 16x16
+    l.lo_tt = (u32)((lane & 15) * LDS16 + 8 * (lane >> 4)) * 2;  // transposed 16x16 as B (n = columns)
     return l;
 }
 
@@ -583,8 +596,8 @@ __device__ __forceinline__ void vn_prepare(const unsigned char* slot, const Walk
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) o.U[nt][r] = 0.f;
-        mma4(o.U[nt], va, th[nt], th[nt + 2]);
-        mma4(o.U[nt], va, tl[nt], tl[nt + 2]);
+        mma4(o.U[nt], va, th[2 * nt], th[2 * nt + 1]);
+        mma4(o.U[nt], va, tl[2 * nt], tl[2 * nt + 1]);
     }
 }
 // X's three products go to three accumulators (one mma deep each: the X step is on the state chain), summed as
@@ -599,9 +612,9 @@ __device__ __forceinline__ void vn_finish(const VnOperands& o, const float (&Z)[
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
         float xa[4] = {}, xb[4] = {}, xc[4] = {};
-        mma4(xa, zh, o.gh[nt], o.gh[nt + 2]);
-        mma4(xb, zl, o.gh[nt], o.gh[nt + 2]);
-        mma4(xc, zh, o.gl[nt], o.gl[nt + 2]);
+        mma4(xa, zh, o.gh[2 * nt], o.gh[2 * nt + 1]);
+        mma4(xb, zl, o.gh[2 * nt], o.gh[2 * nt + 1]);
+        mma4(xc, zh, o.gl[2 * nt], o.gl[2 * nt + 1]);
 #pragma unroll
         for (int r = 0; r < 4; ++r) Vn[nt][r] = o.U[nt][r] - (xa[r] + (xb[r] + xc[r]));
     }
@@ -631,9 +644,9 @@ __device__ __forceinline__ void form_output(const unsigned char* slot, const Wal
     ldsm_x4(smem_addr(slot + SL::PL_OFF) + l.lo_16, pl[0], pl[1], pl[2], pl[3]);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-        mma4(O[nt], vh, ph[nt], ph[nt + 2]);
-        mma4(O[nt], vl, ph[nt], ph[nt + 2]);
-        mma4(O[nt], vh, pl[nt], pl[nt + 2]);
+        mma4(O[nt], vh, ph[2 * nt], ph[2 * nt + 1]);
+        mma4(O[nt], vl, ph[2 * nt], ph[2 * nt + 1]);
+        mma4(O[nt], vh, pl[2 * nt], pl[2 * nt + 1]);
     }
 }
 
@@ -765,12 +778,12 @@ __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned c
             const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
             const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
             u32 w0, w1, w2, w3, q0, q1, q2, q3;
-            ldsm_x4(ks + l.lo_row + s * 32, w0, w1, w2, w3);
-            mma(Z[s & 1][0], a0, a1, a2, a3, w0, w2);
-            mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
-            ldsm_x4(qs + l.lo_row + s * 32, q0, q1, q2, q3);
-            mma(Y[s & 1][0], a0, a1, a2, a3, q0, q2);
-            mma(Y[s & 1][1], a0, a1, a2, a3, q1, q3);
+            ldsm_x4(ks + l.lo_kb + s * 32, w0, w1, w2, w3);
+            mma(Z[s & 1][0], a0, a1, a2, a3, w0, w1);
+            mma(Z[s & 1][1], a0, a1, a2, a3, w2, w3);
+            ldsm_x4(qs + l.lo_kb + s * 32, q0, q1, q2, q3);
+            mma(Y[s & 1][0], a0, a1, a2, a3, q0, q1);
+            mma(Y[s & 1][1], a0, a1, a2, a3, q2, q3);
         }
         float Zs[2][4], Vn[2][4], O[2][4];
 #pragma unroll
@@ -839,9 +852,9 @@ __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned c
             const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
             const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
             u32 w0, w1, w2, w3;
-            ldsm_x4((ROLE == 1 ? ks : qs) + l.lo_row + s * 32, w0, w1, w2, w3);
-            mma(ZY[s & 1][0], a0, a1, a2, a3, w0, w2);
-            mma(ZY[s & 1][1], a0, a1, a2, a3, w1, w3);
+            ldsm_x4((ROLE == 1 ? ks : qs) + l.lo_kb + s * 32, w0, w1, w2, w3);
+            mma(ZY[s & 1][0], a0, a1, a2, a3, w0, w1);
+            mma(ZY[s & 1][1], a0, a1, a2, a3, w2, w3);
         }
         float Vn[2][4], O[2][4];
         if constexpr (ROLE == 1) {
@@ -944,9 +957,9 @@ __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsi
             const u32 a0 = pack_bf16(S[2 * s][0], S[2 * s][1]), a1 = pack_bf16(S[2 * s][2], S[2 * s][3]);
             const u32 a2 = pack_bf16(S[2 * s + 1][0], S[2 * s + 1][1]), a3 = pack_bf16(S[2 * s + 1][2], S[2 * s + 1][3]);
             u32 w0, w1, w2, w3;
-            ldsm_x4(ks + l.lo_row + s * 32, w0, w1, w2, w3);
-            mma(Z[s & 1][0], a0, a1, a2, a3, w0, w2);
-            mma(Z[s & 1][1], a0, a1, a2, a3, w1, w3);
+            ldsm_x4(ks + l.lo_kb + s * 32, w0, w1, w2, w3);
+            mma(Z[s & 1][0], a0, a1, a2, a3, w0, w1);
+            mma(Z[s & 1][1], a0, a1, a2, a3, w2, w3);
             sh[32 * s] = make_uint4(a0, a1, a2, a3);
         }
         // v10: the bf16 Sᵀ fragments are out: the output walker's Y = Sᵀ Qᵀ need not wait for Vn (release: the stores
@@ -1041,9 +1054,9 @@ __device__ __forceinline__ void ksplit_output_walker(const PrefillParams& p, uns
         for (int s = 0; s < 8; ++s) {
             const uint4 a = sh[32 * s];
             u32 q0, q1, q2, q3;
-            ldsm_x4(qs + l.lo_row + s * 32, q0, q1, q2, q3);
-            mma(Y[s & 1][0], a.x, a.y, a.z, a.w, q0, q2);
-            mma(Y[s & 1][1], a.x, a.y, a.z, a.w, q1, q3);
+            ldsm_x4(qs + l.lo_kb + s * 32, q0, q1, q2, q3);
+            mma(Y[s & 1][0], a.x, a.y, a.z, a.w, q0, q1);
+            mma(Y[s & 1][1], a.x, a.y, a.z, a.w, q2, q3);
         }
         float Vn[2][4], O[2][4];
         GDN_CLK(w1);
