@@ -16,12 +16,17 @@
 //! contest-mix workloads of ≥ 2048 tokens with chunk64 and both cp walk forms at 7–8 segment lengths each
 //! (`prefill64_harness.py mixlong`, results/2026-11-21-h200-s14-mixlong.json) and single sequences of 2K–64K
 //! tokens at 7 segment lengths (results/2026-11-21-h200-s14-single.json), fitted on log error per part by
-//! `kernels/harness/fit_cost.py` (results/prefill64_s14.md); the fused constants are session 13's (their kernel
-//! did not change). The prep and scan constants were refitted in session 18 (v8 prep, and the scan's cheaper
-//! 3xTF32 split) by `fit_cost.py --scan` on a new mixlong sweep and single sequences
-//! (results/2026-11-21-h200-s18-mixlong.json, …-s18-single.json; results/prefill_s18.md); the walk constants
-//! refitted within 2% there and were kept. `tests/cost.rs` replays the mix table (session 18's). Times scale with
-//! 132 / SMs.
+//! `kernels/harness/fit_cost.py` (results/prefill64_s14.md); the fused constants are session 13's (session 19's
+//! v12.2 / v12.3 made that kernel 0-4% faster; not refitted). The prep and scan constants were refitted in session
+//! 18 (v8 prep, and the scan's cheaper 3xTF32 split) by `fit_cost.py --scan` on a new mixlong sweep and single
+//! sequences (results/2026-11-21-h200-s18-mixlong.json, …-s18-single.json; results/prefill_s18.md). Session 19
+//! refitted the prep and walk constants on the same two sweeps of the v9 kernels, whose walks issue the next
+//! chunk's loads under the first product (…-s19-mixlong.json, …-s19-single.json; results/prefill_s19.md): a cp
+//! walk chunk 2.16 -> 1.73 µs (one warpgroup), and the chunk64 plan's plain walk gets a constant of its own,
+//! `CHUNK64_WALK_CHUNK_US` = 1.45 (it shares the GPU with fewer CTAs). The scan refitted within 1% and was kept;
+//! the two-warpgroup summary cost is held at session 18's 1.836 (a free fit moved it to 1.98 at equal error and
+//! then picked one warpgroup for 2x16384: measured 297 vs 282 µs). `tests/cost.rs` replays the mix table
+//! (session 19's). Times scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
@@ -33,7 +38,7 @@
 //! walks come in two forms (`WALK_FORMS`): one warpgroup per CTA (a 64-row value half, `cph` = 2 CTAs per
 //! head) or two (a whole head, `cph` = 1), each with its own per-chunk and per-CTA costs (W, S, C, C3):
 //!   prep  = PREP_FIXED_US + PREP_CHUNK_SM_US · HV·(T/64 + N/2) / SMs
-//!   pass1 = max(L·W + C, [chains·(L·W + C) + 2·chains·(G−2)·(L·S + C)
+//!   pass1 = max(L·W + C, [chains·(L·W + C) + 2·chains·(G−2)·(L·S + C)           (G = 1: W = CHUNK64_WALK_CHUNK_US)
 //!                          + (short tokens/64 · W + short seqs · (C + W/2))·HV·cph] / SMs)
 //!   scan  = fixed + step·(G−2) + SCAN_WAVE_US · scan CTAs / SMs          (fixed, step: `SCAN_US` of the kernel)
 //!   pass3 = max(L·W + C3, (chains·(G−1) + rest)·(L·W + C) / SMs)
@@ -71,28 +76,32 @@ impl WalkForm {
     }
 }
 
-/// The walk forms, one warpgroup first (the chunk64 plan's). Two warpgroups walk 128 rows in 2.8 µs per
-/// chunk where one takes 2.2 for 64: a throughput form, for grids that fill the GPU.
+/// The walk forms, one warpgroup first (the chunk64 plan's). Two warpgroups walk 128 rows in 2.4 µs per
+/// chunk where one takes 1.7 for 64 (session 19): a throughput form, for grids that fill the GPU.
 pub const WALK_FORMS: [WalkForm; 2] = [
     WalkForm {
         warpgroups: 1,
-        walk_chunk_us: 2.16,
-        summary_chunk_us: 1.09,
-        walk_cta_us: 5.7,
-        pass3_cta_us: 0.87,
+        walk_chunk_us: 1.731,
+        summary_chunk_us: 1.049,
+        walk_cta_us: 5.377,
+        pass3_cta_us: 1.979,
     },
     WalkForm {
         warpgroups: 2,
-        walk_chunk_us: 2.83,
-        summary_chunk_us: 1.82,
-        walk_cta_us: 6.3,
-        pass3_cta_us: 4.3,
+        walk_chunk_us: 2.425,
+        summary_chunk_us: 1.836, // held at session 18's fit (see the module note)
+        walk_cta_us: 6.368,
+        pass3_cta_us: 5.091,
     },
 ];
-/// Prep: fixed µs, and SM·µs per (64-token chunk, value head). (Prep and scan: the fit's values to four places;
-/// rounding them to two moves 2x16384's segment count by one, a knife-edge `tests/policy.rs` pins.)
-pub const PREP_FIXED_US: f64 = 6.429;
-pub const PREP_CHUNK_SM_US: f64 = 2.6405;
+/// The chunk64 plan's walk (one segment: the plain one-warpgroup walk, no cp passes): µs per 64-token chunk.
+/// Session 19's fit: 1.45 where the cp passes' walks take 1.73 (a plain walk shares the GPU with fewer CTAs:
+/// single sequences measure 1.42).
+pub const CHUNK64_WALK_CHUNK_US: f64 = 1.447;
+/// Prep: fixed µs, and SM·µs per (64-token chunk, value head). (Prep and scan: the fit's values unrounded;
+/// session 18 found 2x16384's segment count a knife-edge of their second place.)
+pub const PREP_FIXED_US: f64 = 6.14;
+pub const PREP_CHUNK_SM_US: f64 = 2.589;
 /// Scan, by kernel (its CTAs per (sequence, value head): 16 = `gdn_prefill64_cp_scan8`, 8 = `…_cp_scan`):
 /// fixed µs and µs per dependent step (one per segment after the second).
 pub const SCAN_US: [(u32, f64, f64); 2] = [
@@ -189,7 +198,12 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
     let cph = form.ctas_per_head();
     let chains = l.long_seqs * s.num_v_heads as u64 * cph;
     let (ch, lf, gf) = (chains as f64, seg_chunks as f64, segments as f64);
-    let (w, cta) = (form.walk_chunk_us, form.walk_cta_us);
+    let w = if segments < 2 {
+        CHUNK64_WALK_CHUNK_US
+    } else {
+        form.walk_chunk_us
+    };
+    let cta = form.walk_cta_us;
     let prep = PREP_FIXED_US + PREP_CHUNK_SM_US * hv * (t / CHUNK64 + n / 2.0) / smsf;
     let short_tokens = (l.tokens.saturating_sub(l.long_seqs * l.longest)) as f64;
     let short_seqs = (l.seqs - l.long_seqs) as f64;

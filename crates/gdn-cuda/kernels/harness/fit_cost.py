@@ -34,6 +34,8 @@ def parts(T, N, longest, L, wg, p):
     nch = max(1, -(-longest // C))
     segs = -(-nch // L)
     W, S, CT, C3 = p[f"W{wg}"], p[f"S{wg}"], p[f"C{wg}"], p[f"C3_{wg}"]
+    if segs < 2:  # the chunk64 plan: the plain walk (cost.rs CHUNK64_WALK_CHUNK_US; session 19)
+        W = p["W0"]
     cph = 2 // wg
     chains = long_seqs * HV * cph
     prep = p["PF"] + p["PC"] * HV * (T / C + N / 2) / SMS
@@ -128,7 +130,7 @@ def main():
     pts = points(mix, single)
     # start: the session-13 constants
     p = {"PF": 7.0, "PC": 3.3, "W1": 2.6, "S1": 1.2, "C1": 6.2, "C3_1": 2.0, "W2": 3.5, "S2": 1.6, "C2": 8.1,
-         "C3_2": 8.2}
+         "C3_2": 8.2, "W0": 2.6}
     p.update({f"SF{h}": f for h, (f, _) in SCAN_US.items()})
     p.update({f"SS{h}": st for h, (_, st) in SCAN_US.items()})
     rms = lambda: {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "scan", "pass3")}
@@ -136,11 +138,14 @@ def main():
     fit(pts, p, ["PF", "PC"], ["prep"])
     if "--scan" in sys.argv:  # the scan too (mixlong rows only: they run the scan kernel policy.rs picks)
         fit(pts, p, ["SF16", "SS16", "SF8", "SS8"], ["scan"])
+    plain = [x for x in pts if "pass1" not in x[5]]  # chunk64 totals: the plain walk's W0 (session 19)
+    cps = [x for x in pts if "pass1" in x[5]]
     for _ in range(2):  # pass 1 and pass 3 share W and C
-        fit(pts, p, ["W1", "S1", "C1"], ["pass1"])
-        fit(pts, p, ["C3_1"], ["pass3"])
-        fit(pts, p, ["W2", "S2", "C2"], ["pass1"])
-        fit(pts, p, ["C3_2"], ["pass3"])
+        fit(plain, p, ["W0"], ["pass1"])
+        fit(cps, p, ["W1", "S1", "C1"], ["pass1"])
+        fit(cps, p, ["C3_1"], ["pass3"])
+        fit(cps, p, ["W2", "S2", "C2"], ["pass1"])
+        fit(cps, p, ["C3_2"], ["pass3"])
     print("fitted:", {k: round(float(v), 3) for k, v in p.items()})
     print("rms log error:", rms())
     errs = []
