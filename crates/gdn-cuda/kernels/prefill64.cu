@@ -22,6 +22,10 @@
 // cores (v8: before B1, on the chain), and every K/Q/V copy loop (walks and prep) advances one pointer per thread
 // instead of forming a 64-bit offset per piece (pass 3 -20% SASS). Bitwise the same results; H200: the plain walk
 // 1x8192 270 -> 208 us, 64x1024 410 -> 378; cp 1x65536 (L 114) 631 -> 586, 1x8192 (L 15) 118 -> 113.
+// v10 (session 20, results/prefill_s20.md): the cp scan reads M and X in the order of its mma fragments (pass 1
+// writes M that way, through shared memory) and takes M in one bulk copy per step: half its instructions, scan -20%
+// (16-row CTAs) to -33% (8-row CTAs); H200, same process: 1x65536 (L 64, scan8) 692 -> 681 us, 1x8192 (L 16) 108.5
+// -> 105.1.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -631,14 +635,21 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
 // What one walk CTA runs: chunks [c0, c1) of sequence `seq` for value head h and value half vh, from an initial
 // state to an end state. The plain walk runs whole sequences (state → new_state); the context-parallel kernels
 // below run segments of L chunks (see "context parallelism").
+// v10: the float index of M[k][n] (= Mᵀ[n][k]) in the cp scan's fragment-native workspace layout, which pass 1 writes
+// (END_WS_T) and the scan copies as is: [warp n / 16][k / 16][step (k / 2) & 1][lane 4(n & 7) + (k / 4) & 3][fragment
+// register (n / 8) & 1 + 2(k & 1)], i.e. one 16-byte piece per lane holds its A fragment of one m16n8k8 step (cp_scan).
+__device__ __forceinline__ int scan_a_idx(int n, int k) {
+    return ((((n >> 4) * 8 + (k >> 4)) * 2 + ((k >> 1) & 1)) * 32 + 4 * (n & 7) + ((k >> 2) & 3)) * 4 + ((n >> 3) & 1) +
+           2 * (k & 1);
+}
 enum : int { INIT_ZERO = 0, INIT_STATE = 1, INIT_WS = 2, INIT_IDENTITY = 3 };
-enum : int { END_NONE = 0, END_STATE = 1, END_WS = 2 };
+enum : int { END_NONE = 0, END_STATE = 1, END_WS = 2, END_WS_T = 3 };
 struct WalkJob {
     i64 seq, bos, eos;        // sequence and its token range
     int h, vh, c0, c1;        // value head, value half, chunk range (chunk indices within the sequence)
     int init, end;            // INIT_* / END_*
     const float* init_ws;     // INIT_WS: f32 [128 v][128 k] of this (segment, head)
-    float* end_ws;            // END_WS: likewise
+    float* end_ws;            // END_WS: likewise; END_WS_T (v10, pass 1's M): element (k, n) at scan_a_idx(n, k)
 };
 
 // SUMMARY = a context-parallel summary walk: only the state is carried (Z instead of [Z | Y], no Q, no output).
@@ -882,6 +893,37 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
             StateIO<false>::store(job.end_ws, wbase + (i64)g * D + 8 * j + 2 * t, S[4 * j], S[4 * j + 1]);
             StateIO<false>::store(job.end_ws, wbase + (i64)(g + 8) * D + 8 * j + 2 * t, S[4 * j + 2], S[4 * j + 3]);
         }
+    } else if (job.end == END_WS_T) {
+        // M in the scan's fragment order (scan_a_idx; row = k, column = n). The CTA's 64·WGS rows k are, for each of
+        // the 8 column blocks n / 16, one contiguous run of it: staged in shared memory (the slots are free now) in
+        // that order, then written as 16-byte pieces (v10: 4-byte scattered stores cost pass 1 2-5 us).
+        constexpr int KB = 4 * WGS;                     // k-blocks of 16 rows in the CTA
+        const int kl = (WGS == 2 ? v0 : 0) + 16 * w + g;  // row within the CTA
+        const int kb0 = WGS == 2 ? 0 : v0 / 16;          // the CTA's first k-block
+        // scan_a_idx over the CTA's rows only, its 16-byte pieces f stored at f ^ ((f >> 3) & 7): a store of a warp
+        // touches 16 banks, not 4 (the pieces of one lane-row of fragments lie 8 apart); the read below undoes it
+        auto lidx = [](int n, int k) {
+            const int f = (((n >> 4) * KB + (k >> 4)) * 2 + ((k >> 1) & 1)) * 32 + 4 * (n & 7) + ((k >> 2) & 3);
+            return 4 * (f ^ ((f >> 3) & 7)) + ((n >> 3) & 1) + 2 * (k & 1);
+        };
+        float* st = reinterpret_cast<float*>(smem);
+        __syncthreads();  // every warp is done with the slots
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int n = 8 * j + 2 * t;
+            st[lidx(n, kl)] = S[4 * j];
+            st[lidx(n + 1, kl)] = S[4 * j + 1];
+            st[lidx(n, kl + 8)] = S[4 * j + 2];
+            st[lidx(n + 1, kl + 8)] = S[4 * j + 3];
+        }
+        __syncthreads();
+        // run b (column block b, KB·256 floats) starts at scan_a_idx(16b, 16·kb0) = (8b + kb0)·256
+#pragma unroll 4
+        for (int e = tid; e < KB * 64 * 8; e += Lay::THREADS) {
+            const int rb = e / (KB * 64), i = e % (KB * 64);
+            reinterpret_cast<float4*>(job.end_ws)[(rb * 8 + kb0) * 64 + i] =
+                reinterpret_cast<const float4*>(st)[e ^ ((e >> 3) & 7)];
+        }
     }
 }
 
@@ -913,7 +955,8 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 //           s = 0:            role 0 walks the segment for real (state → outputs; end state → S[s+1], or new_state
 //                             when nseg = 1); role 1 exits
 //           0 < s < nseg − 1: summary walks (no outputs): role 0 from zero with V → B[s]; role 1 from the identity
-//                             with V = 0 → M[s] (the rows of the identity walk as value rows, so M is a walk state)
+//                             with V = 0 → M[s] (the rows of the identity walk as value rows, so M is a walk state;
+//                             v10: stored in the scan's fragment order, scan_a_idx)
 //           s = nseg − 1:     nothing (its end state is never needed)
 //   scan    gdn_prefill64_cp_scan{,8} grid N·HV·8 (·16), block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
 //           (fp32, 16 (8) value rows per CTA; M double-buffered in shared memory by cp.async, the next step's M
@@ -923,12 +966,14 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 // Work: ~2 walks per segment instead of one, spread over nseg times as many CTAs; the summary walks skip Q, Y, O and
 // the output staging. Segment s of sequence i lives in segment slot g(i) + s, g(i) = f(i) / L + i with f the
 // chunk-slot map above: g(i+1) − g(i) ≥ floor(nch_i / L) + 1 ≥ nseg_i, and every slot is < (T/64 + N + 1)/L + N + 1.
-// Workspace after the chunk records: three f32 arrays [seg slots][HV][128 v][128 k] — S (segment start states), M,
-// B. Numerics: the summary walks round their states to bf16 in products exactly like the real walk; the scan is fp32
+// Workspace after the chunk records: three f32 arrays [seg slots][HV][128][128] — S (segment start states, [v][k]),
+// M (v10: in the scan's fragment order), B ([v][k]). Numerics: the summary walks round their states to bf16 in products exactly like the real walk; the scan is fp32
 // (v6: 3xTF32 products, fp32 accumulation).
-constexpr int SCAN_ROWS = 16;                                     // value rows per scan CTA (at most)
-constexpr int SCAN_SMEM = (2 * D * D + SCAN_ROWS * D) * 4;        // 2 x M f32 [128][128] + rows f32 [16][128]
-static_assert(SCAN_SMEM == 139264, "cp scan smem (mirrored by the Rust runtime)");
+constexpr int SCAN_ROWS = 16;                                      // value rows per scan CTA (at most)
+constexpr int SCAN_X_OFF = 2 * D * D * 4;                          // X hi, lo u32 [16][128] after the two M buffers
+constexpr int SCAN_BAR_OFF = SCAN_X_OFF + 2 * SCAN_ROWS * D * 4;  // one mbarrier per M buffer
+constexpr int SCAN_SMEM = SCAN_BAR_OFF + 16;                       // 2 x M f32 [128][128] + X + 2 mbarriers
+static_assert(SCAN_SMEM == 147472, "cp scan smem (mirrored by the Rust runtime)");
 
 __device__ __forceinline__ i64 seg_first(const i64* cu, i64 i, int L) { return seq_slot(cu, i) / L + i; }
 __device__ __forceinline__ i64 cp_seg_slots(const Prefill64Params& p) {
@@ -1003,6 +1048,7 @@ __device__ __forceinline__ void cp_pass1(const Prefill64Params& p) {
             walk_wg_body<WGS, BF16STATE, true>(p, j);
         } else {
             j.init = INIT_IDENTITY;
+            j.end = END_WS_T;
             j.end_ws = cp_ws(p, 1, blockIdx.x, h);
             walk_wg_body<WGS, BF16STATE, true, true>(p, j);
         }
@@ -1026,27 +1072,36 @@ __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
 // v6: on tensor cores, transposed so the value rows are the N dimension: S[s]ᵀ = M[s−1]ᵀ Xᵀ + B[s−1]ᵀ, warp w (of 8)
 // owns output columns 16w..16w+15 (one m16 tile of Mᵀ) for all ROWS rows (ROWS / 8 n8 tiles), 16 k8 steps of
 // mma.sync m16n8k8 in 3xTF32 (hi·hi + hi·lo + lo·hi, ~fp32 accuracy). (v5 and before: one FMA per element, ~1,400
-// instructions per thread per step, ~3.4 us per step; the scan was issue-bound.) Shared memory, both XOR-swizzled so
-// every fragment load is conflict-free: M f32 [128 k][128 n] with element (k, n) at column n ^ 8(k & 3) (16-byte
-// pieces stay whole), and X f32 [ROWS][128 k] with (r, k) at column k ^ 4(r & 7).
-// M of step s sits in buffer s & 1; step s issues the copy of step s+1's M before waiting for its own, so each
-// step's 64 KB load overlaps the previous step's arithmetic; B of step s+1 is read into registers during step s.
-__device__ __forceinline__ void cp_scan_stage(const Prefill64Params& p, float* buf, i64 slot, int h, int tid) {
-    const float* M = cp_ws(p, 1, slot, h);
-    const u32 base = smem_addr(buf);
-#pragma unroll 4
-    for (int e = tid; e < D * D / 4; e += 256) {
-        const int k = e >> 5, n = (e & 31) * 4;
-        cp_async16(base + 4u * (u32)(k * D + (n ^ ((k & 3) << 3))), M + 4 * e, true);
+// instructions per thread per step, ~3.4 us per step; the scan was issue-bound.)
+// v10 (session 20): fragment-native layouts. A k8 step's k order is free (A and B only have to agree), so steps 2j
+// and 2j + 1 take, in lane slot t / t + 4, k = 16j + 4t / 16j + 4t + 1 and 16j + 4t + 2 / 16j + 4t + 3. Pass 1
+// writes M in the order of the A fragments (scan_a_idx: a lane's a0..a3 of one step are one 16-byte piece, lanes
+// contiguous), and X is kept as its tf32 hi and lo parts (split once, when written; v6 had all 8 warps split all of
+// X every step) in the order of the B fragments (scan_b_idx: b0, b1 of steps 2j and 2j + 1 = X[r][16j + 4t ..
+// + 3], one 16-byte piece). Per 16 k a warp issues 2 + 2·ROWS/8 conflict-free LDS.128 and 8 splits, and no register
+// moves (v6: 8 + 4·ROWS/8 LDS.32 and 8 + 4·ROWS/8 splits; the operand registers had to be gathered into quads).
+// M of step s sits in buffer s & 1 and comes in one 64 KB bulk copy (v10; v6: 4,096 16-byte cp.async by 256 threads),
+// issued a step ahead, so each step's load overlaps the previous step's arithmetic; B of step s+1 is read into
+// registers during step s. (Measured in session 20 and not kept: three buffers, i.e. a copy two steps ahead, -2% scan
+// time for 64 KB more shared memory; six accumulator chains of 8 mma instead of two of 24, +3%.)
+__device__ __forceinline__ int scan_b_idx(int r, int k) {
+    return (((r >> 3) * 8 + (k >> 4)) * 32 + 4 * (r & 7) + ((k >> 2) & 3)) * 4 + (k & 3);
+}
+// Copy M (64 KB, already in fragment order) into `buf`: one bulk copy by thread 0 on mbarrier `bar`.
+__device__ __forceinline__ void cp_scan_stage(const float* M, float* buf, u32 bar, int tid) {
+    if (tid == 0) {
+        mbar_arrive_expect_tx(bar, D * D * 4);
+        bulk_g2s(smem_addr(buf), M, D * D * 4, bar);
     }
 }
-__device__ __forceinline__ int scan_xcol(int r, int k) { return r * D + (k ^ ((r & 7) << 2)); }
 template <int ROWS>
 __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     constexpr int NT = ROWS / 8;  // n8 tiles (value rows)
     extern __shared__ __align__(16) unsigned char smem[];
     float* Mbuf = reinterpret_cast<float*>(smem);
-    float* X = Mbuf + 2 * D * D;  // X [ROWS][128 k], swizzled (scan_xcol)
+    u32* Xh = reinterpret_cast<u32*>(smem + SCAN_X_OFF);  // X = S[s−1] rows, tf32 hi parts [ROWS·128] (scan_b_idx)
+    u32* Xl = Xh + ROWS * D;                              // ... and lo parts
+    const u32 bar0 = smem_addr(smem + SCAN_BAR_OFF);
     const int HV = p.num_v_heads, L = p.seg_chunks;
     const int rb = blockIdx.x % (D / ROWS);
     const int h = (blockIdx.x / (D / ROWS)) % HV;
@@ -1060,74 +1115,90 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     const i64 first = seg_first(p.cu_seqlens, seq, L);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int m0 = 16 * warp;
-    const i64 row0 = (i64)ROWS * rb;  // first value row of this CTA
+    // S, M, B of segment slot first + i are these + i·sstride (v10: formed once; cp_ws divides by L in 64 bits, and
+    // v6 called it three times per step)
+    const i64 sstride = (i64)HV * D * D;
+    float* const Sw = cp_ws(p, 0, first, h) + ROWS * rb * D;  // (the CTA's rows)
+    const float* const Mw = cp_ws(p, 1, first, h);
+    const float* const Bw = cp_ws(p, 2, first, h) + ROWS * rb * D;
     // this thread's outputs: tile nt, element e: row 8nt + 2t + (e & 1), column m0 + g + 8(e >> 1)
-    auto out_off = [&](int nt, int e) {
-        return (row0 + 8 * nt + 2 * t + (e & 1)) * D + m0 + g + 8 * (e >> 1);
-    };
-    cp_scan_stage(p, Mbuf, first + 1, h, tid);  // M of step 2 → buffer 0
-    cp_async_commit();
+    auto out_off = [&](int nt, int e) { return (8 * nt + 2 * t + (e & 1)) * D + m0 + g + 8 * (e >> 1); };
+    if (tid == 0) {
+        mbar_init(bar0, 1);
+        mbar_init(bar0 + 8, 1);
+        mbar_init_fence();
+    }
+    __syncthreads();
+    cp_scan_stage(Mw + sstride, Mbuf, bar0, tid);  // M of step 2 (segment slot first + 1) → buffer 0
     float bn[NT][4];  // B of the next step
     {
-        const float* X0 = cp_ws(p, 0, first + 1, h);
-        const float* B0 = cp_ws(p, 2, first + 1, h);
-        for (int e = tid; e < ROWS * D; e += 256) X[scan_xcol(e >> 7, e & (D - 1))] = X0[row0 * D + e];
+        const float* X0 = Sw + sstride;
+        const float* B0 = Bw + sstride;
+        for (int e = tid; e < ROWS * D; e += 256) {
+            const int i = scan_b_idx(e >> 7, e & (D - 1));
+            split_tf32(X0[e], Xh[i], Xl[i]);
+        }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) bn[nt][e] = B0[out_off(nt, e)];
     }
+    // this lane's fragments: A pieces [warp][j][step][lane], B pieces [nt][j][lane]
+    const uint4* xh4 = reinterpret_cast<const uint4*>(Xh) + lane;
+    const uint4* xl4 = reinterpret_cast<const uint4*>(Xl) + lane;
     for (int s = 2; s < nseg; ++s) {
+        // step s: M of segment slot first + s − 1 in buffer s & 1, its mbarrier's phase (s − 2) / 2; step s + 1's M
+        // goes into the other buffer, which step s − 1 used (everyone is done with it: the barrier after its products)
         const float* Ms = Mbuf + (s & 1) * D * D;
-        if (s + 1 < nseg) cp_scan_stage(p, Mbuf + ((s + 1) & 1) * D * D, first + s, h, tid);
-        cp_async_commit();
-        float acc[2][NT][4];  // two k halves, summed at the end (shorter dependent mma chains)
+        if (s + 1 < nseg) cp_scan_stage(Mw + s * sstride, Mbuf + ((s + 1) & 1) * D * D, bar0 + 8 * ((s + 1) & 1), tid);
+        float acc[2][NT][4];  // steps 2j and 2j + 1 (two k halves of every 16), summed at the end
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) { acc[0][nt][e] = bn[nt][e]; acc[1][nt][e] = 0.f; }
         if (s + 1 < nseg) {
-            const float* Bn = cp_ws(p, 2, first + s, h);
+            const float* Bn = Bw + s * sstride;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) bn[nt][e] = Bn[out_off(nt, e)];
         }
-        cp_async_wait<1>();  // this thread's copies of this step's M have landed (the next step's may be in flight)
-        __syncthreads();     // ... everyone's; X of the previous step written
-#pragma unroll 4
-        for (int kk = 0; kk < D / 8; ++kk) {
-            const int k0 = 8 * kk;
-            // A = Mᵀ tile: a0 (m g, k t), a1 (m g+8, k t), a2 (m g, k t+4), a3 (m g+8, k t+4); Mᵀ[m][k] = M[k][m]
-            const float* mr0 = Ms + (k0 + t) * D;
-            const float* mr1 = Ms + (k0 + t + 4) * D;
-            const int sw = t << 3;  // (k & 3) = t for both rows
-            u32 ah[4], al[4];
-            split_tf32(mr0[(m0 + g) ^ sw], ah[0], al[0]);
-            split_tf32(mr0[(m0 + g + 8) ^ sw], ah[1], al[1]);
-            split_tf32(mr1[(m0 + g) ^ sw], ah[2], al[2]);
-            split_tf32(mr1[(m0 + g + 8) ^ sw], ah[3], al[3]);
+        mbar_wait(bar0 + 8 * (s & 1), (u32)((s - 2) >> 1) & 1u);  // this step's M has landed
+        __syncthreads();  // X of the previous step written
+        const float4* a4 = reinterpret_cast<const float4*>(Ms) + warp * (8 * 2 * 32) + lane;
+#pragma unroll 2
+        for (int j = 0; j < D / 16; ++j) {
+            const float4 f0 = a4[(2 * j) * 32], f1 = a4[(2 * j + 1) * 32];  // a0..a3 of steps 2j, 2j + 1
+            u32 ah[2][4], al[2][4];
+            split_tf32(f0.x, ah[0][0], al[0][0]);
+            split_tf32(f0.y, ah[0][1], al[0][1]);
+            split_tf32(f0.z, ah[0][2], al[0][2]);
+            split_tf32(f0.w, ah[0][3], al[0][3]);
+            split_tf32(f1.x, ah[1][0], al[1][0]);
+            split_tf32(f1.y, ah[1][1], al[1][1]);
+            split_tf32(f1.z, ah[1][2], al[1][2]);
+            split_tf32(f1.w, ah[1][3], al[1][3]);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-                // B = Xᵀ tile: b0 (k t, n g), b1 (k t+4, n g); Xᵀ[k][n] = X[8nt + n][k]
-                u32 bh0, bl0, bh1, bl1;
-                split_tf32(X[scan_xcol(8 * nt + g, k0 + t)], bh0, bl0);
-                split_tf32(X[scan_xcol(8 * nt + g, k0 + t + 4)], bh1, bl1);
-                float* c = acc[kk & 1][nt];
-                mma_tf32(c, al, bh0, bh1);
-                mma_tf32(c, ah, bl0, bl1);
-                mma_tf32(c, ah, bh0, bh1);
+                const uint4 bh = xh4[(nt * 8 + j) * 32], bl = xl4[(nt * 8 + j) * 32];  // b0, b1 of 2j; of 2j + 1
+                mma_tf32(acc[0][nt], al[0], bh.x, bh.y);
+                mma_tf32(acc[0][nt], ah[0], bl.x, bl.y);
+                mma_tf32(acc[0][nt], ah[0], bh.x, bh.y);
+                mma_tf32(acc[1][nt], al[1], bh.z, bh.w);
+                mma_tf32(acc[1][nt], ah[1], bl.z, bl.w);
+                mma_tf32(acc[1][nt], ah[1], bh.z, bh.w);
             }
         }
-        __syncthreads();  // everyone is done reading X and this M (its buffer is refilled two steps on)
-        float* Xn = cp_ws(p, 0, first + s, h);
+        __syncthreads();  // everyone is done reading X and this M (its buffer is refilled at the next step)
+        float* Xn = Sw + s * sstride;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const float x = acc[0][nt][e] + acc[1][nt][e];
                 Xn[out_off(nt, e)] = x;
-                X[scan_xcol(8 * nt + 2 * t + (e & 1), m0 + g + 8 * (e >> 1))] = x;
+                const int i = scan_b_idx(8 * nt + 2 * t + (e & 1), m0 + g + 8 * (e >> 1));
+                split_tf32(x, Xh[i], Xl[i]);
             }
     }
 }
@@ -1182,7 +1253,7 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 // Context-parallel plan (p.seg_chunks = L >= 1; seg slots G = (T/64 + N + 1)/L + N + 1), in this order:
 //   gdn_prefill64_prep                grid ((T/64 + N + 1)·HV, 1, 1), block 128, smem PREP_SMEM
 //   gdn_prefill64_cp_pass1_{f32,bf16} grid (G, HV, 4), block 128, smem WALK_SMEM
-//   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (139264); or
+//   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (147472); or
 //   gdn_prefill64_cp_scan8            grid (N·HV·16, 1, 1), block 256, smem SCAN_SMEM (8 value rows per CTA)
 //   gdn_prefill64_cp_pass3_{f32,bf16} grid (G, HV, 2), block 128, smem WALK_SMEM
 // or, with two warpgroups per walk CTA (one CTA per head; compiled only with -DGDN_PREFILL64_WIDE, see below):

@@ -192,7 +192,7 @@ pub mod prefill64 {
     pub const CP_SCAN_CTAS: u32 = 8;
     pub const CP_SCAN8_CTAS: u32 = 16;
     pub const CP_SCAN_BLOCK: u32 = 256;
-    pub const CP_SCAN_SMEM: u32 = 139_264;
+    pub const CP_SCAN_SMEM: u32 = 147_472;
     /// Workspace bytes per (segment slot, value head) for each of the three f32 [128][128] arrays
     /// (start states, transitions, zero-state walks).
     pub const CP_STATE_BYTES: u64 = 128 * 128 * 4;
@@ -740,7 +740,7 @@ mod tests {
         // prep + two walks + two pass-1 + two scans + two pass-3 (dynamic smem each) + params size + the
         // workspace constant
         assert_eq!(text.matches("gdn_registry_check<").count(), 9 + 2);
-        assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 139264>"));
+        assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 147472>"));
         assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
         assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
         // the wide module: its four passes' smem and the params size, nothing of the other module

@@ -30,7 +30,8 @@ ARGS = set(sys.argv[1:]) or {"check", "time"}
 RES = {"device": torch.cuda.get_device_name(), "checks": [], "timings": [], "errors": [], "compile": {}}
 log = ph.log
 C = 64
-SCAN_SMEM = 139264  # (record, prep and walk sizes: read from the compiled source)
+SCAN_SMEM = 139264  # before session 20 (v6-v9 scans); v10 sources state theirs (read, like the record, prep and walk
+# sizes, from the compiled source: Module.scan_smem)
 
 
 def cp_seg_slots(T, N, L):
@@ -78,6 +79,8 @@ class Module64:
         w2 = re.search(r"WALK2_SMEM == (\d+)", src)
         self.walk2_smem = int(w2.group(1)) if w2 else None
         self.prep_smem = int(re.search(r"PREP_SMEM == (\d+)", src).group(1))
+        sc = re.search(r"SCAN_SMEM == (\d+)", src)
+        self.scan_smem = int(sc.group(1)) if sc else SCAN_SMEM
         self.prep_linear = "blockIdx.x % (unsigned)HV" in src
         if selftest:
             src += ('\nextern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_selftest(const __nv_bfloat16* A, '
@@ -97,9 +100,9 @@ class Module64:
         A = cu.CUfunction_attribute
         self.fns, regs = {}, {}
         names = [("gdn_prefill64_prep", self.prep_smem), ("gdn_prefill64_walk_f32", WS),
-                 ("gdn_prefill64_walk_bf16", WS), ("gdn_prefill64_cp_scan", SCAN_SMEM)] + \
+                 ("gdn_prefill64_walk_bf16", WS), ("gdn_prefill64_cp_scan", self.scan_smem)] + \
             [(f"gdn_prefill64_cp_pass{i}_{st}", WS) for i in (1, 3) for st in ("f32", "bf16")] + \
-            ([("gdn_prefill64_cp_scan8", SCAN_SMEM)] if "gdn_prefill64_cp_scan8" in src else []) + \
+            ([("gdn_prefill64_cp_scan8", self.scan_smem)] if "gdn_prefill64_cp_scan8" in src else []) + \
             ([(f"gdn_prefill64_cp_pass{i}w_{st}", self.walk2_smem) for i in (1, 3) for st in ("f32", "bf16")]
              if self.walk2_smem else [])
         if selftest:
@@ -158,8 +161,8 @@ class Module64:
             cph, wt, w = 2 // wgs, 128 * wgs, "w" if wgs == 2 else ""
             wsm = self.walk2_smem if wgs == 2 else self.walk_smem
             for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1{w}_{st}", (G, HV, 2 * cph), wt, wsm),
-                                          ("gdn_prefill64_cp_scan8", (N * HV * 16, 1, 1), 256, SCAN_SMEM)
-                                          if scan8 else ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, SCAN_SMEM),
+                                          ("gdn_prefill64_cp_scan8", (N * HV * 16, 1, 1), 256, self.scan_smem)
+                                          if scan8 else ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, self.scan_smem),
                                           (f"gdn_prefill64_cp_pass3{w}_{st}", (G, HV, cph), wt, wsm)):
                 err, = cu.cuLaunchKernel(self.fns[name], *grid, block, 1, 1, sm, stream, ctypes.addressof(argv), 0)
                 if err != cu.CUresult.CUDA_SUCCESS:
