@@ -17,7 +17,8 @@
 //! (`prefill64_harness.py mixlong`, results/2026-11-21-h200-s14-mixlong.json) and single sequences of 2K–64K
 //! tokens at 7 segment lengths (results/2026-11-21-h200-s14-single.json), fitted on log error per part by
 //! `kernels/harness/fit_cost.py` (results/prefill64_s14.md); the fused constants are session 13's (session 19's
-//! v12.2 / v12.3 made that kernel 0-4% faster; not refitted). The prep and scan constants were refitted in session
+//! v12.2 / v12.3 made that kernel 0-4% faster; a session-20 refit was checked and not kept, see
+//! `FUSED_CHUNK_US`). The prep and scan constants were refitted in session
 //! 18 (v8 prep, and the scan's cheaper 3xTF32 split) by `fit_cost.py --scan` on a new mixlong sweep and single
 //! sequences (results/2026-11-21-h200-s18-mixlong.json, …-s18-single.json; results/prefill_s18.md). Session 19
 //! refitted the prep and walk constants on the same two sweeps of the v9 kernels, whose walks issue the next
@@ -25,8 +26,10 @@
 //! walk chunk 2.16 -> 1.73 µs (one warpgroup), and the chunk64 plan's plain walk gets a constant of its own,
 //! `CHUNK64_WALK_CHUNK_US` = 1.45 (it shares the GPU with fewer CTAs). The scan refitted within 1% and was kept;
 //! the two-warpgroup summary cost is held at session 18's 1.836 (a free fit moved it to 1.98 at equal error and
-//! then picked one warpgroup for 2x16384: measured 297 vs 282 µs). `tests/cost.rs` replays the mix table
-//! (session 19's). Times scale with 132 / SMs.
+//! then picked one warpgroup for 2x16384: measured 297 vs 282 µs). Session 20 refitted only the scan (its kernel
+//! changed: prefill64 v10), on new sweeps of the same two kinds (…-s20-mixlong.json, …-s20-single.json); the walk and
+//! prep constants refit within 1-3% there and were kept. `tests/cost.rs` replays the mix table (session 20's). Times
+//! scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
@@ -50,7 +53,10 @@ use crate::policy::Shape;
 use crate::registry::prefill64;
 
 /// Fused plan: µs per 16-token chunk of one CTA, by tile width BV (single sequences of 2,443 and 4,380 tokens
-/// and the mix's long workloads).
+/// and the mix's long workloads). Session 20 checked a refit on the whole mix at every tile width (`fit_cost.py
+/// --fused`, results/2026-11-21-h200-s20-mixshort.json: 0.468, 0.571, 0.721, 1.186; 3.84, rms log error 0.14 ->
+/// 0.118) and kept these: the refit chose tiles no better on the mix and fused over faster chunk64 / cp plans on
+/// three long workloads (tests/cost.rs: 2.3% -> 3.1% over the measured best).
 pub const FUSED_CHUNK_US: [(u32, f64); 4] = [(16, 0.495), (32, 0.605), (64, 0.875), (128, 1.14)];
 /// Fused plan: fixed µs per CTA (launch, state in and out, pipeline fill).
 pub const FUSED_CTA_US: f64 = 4.0;
@@ -104,9 +110,11 @@ pub const PREP_FIXED_US: f64 = 6.14;
 pub const PREP_CHUNK_SM_US: f64 = 2.589;
 /// Scan, by kernel (its CTAs per (sequence, value head): 16 = `gdn_prefill64_cp_scan8`, 8 = `…_cp_scan`):
 /// fixed µs and µs per dependent step (one per segment after the second).
+/// Session 20 (v10 scan: fragment-order operands, one bulk copy of M per step), `fit_cost.py --scan` on
+/// results/2026-11-21-h200-s20-mixlong.json: per step 2.144 -> 1.663 µs (8-row CTAs) and 3.142 -> 2.62 (16-row).
 pub const SCAN_US: [(u32, f64, f64); 2] = [
-    (prefill64::CP_SCAN8_CTAS, 1.06, 2.144),
-    (prefill64::CP_SCAN_CTAS, 0.803, 3.1422),
+    (prefill64::CP_SCAN8_CTAS, 1.154, 1.663),
+    (prefill64::CP_SCAN_CTAS, 0.883, 2.62),
 ];
 /// Scan: µs per wave of scan CTAs (one per SM; most belong to short sequences and return at once).
 pub const SCAN_WAVE_US: f64 = 0.65;

@@ -1,6 +1,7 @@
 """Refit the chunk64 / cp constants of crates/gdn-cuda/src/cost.rs from harness sweeps (no GPU needed).
 
-    python3 fit_cost.py MIXLONG.json [SINGLE.json] [--table]
+    python3 fit_cost.py MIXLONG.json [SINGLE.json] [--table] [--scan]
+    python3 fit_cost.py --fused MIXSHORT.json
 
 MIXLONG.json: `prefill64_harness.py mixlong` output (the contest mix's 25 workloads of >= 2048 tokens: every fused
 tile, chunk64, both cp walk forms at 7-8 segment lengths, CUPTI parts). SINGLE.json (optional): `cpab` output with
@@ -18,7 +19,7 @@ import json, math, sys
 import numpy as np
 
 SMS, HV, C = 132, 8, 64
-SCAN_US = {16: (1.06, 2.144), 8: (0.803, 3.1422)}  # cost.rs SCAN_US: CTAs per head -> (fixed, per step)
+SCAN_US = {16: (1.154, 1.663), 8: (0.883, 2.62)}  # cost.rs SCAN_US: CTAs per head -> (fixed, per step)
 SCAN_WAVE_US = 0.65
 
 
@@ -124,7 +125,51 @@ def fit(pts, p, names, keys):
     return v
 
 
+FUSED_CHUNK_US = {16: 0.495, 32: 0.605, 64: 0.875, 128: 1.14}  # cost.rs (session 13)
+FUSED_CTA_US = 4.0
+
+
+def fused_us(T, N, longest, bv, c, cta):
+    """cost.rs `fused_us` (the longest length as hint, HV = 8, 132 SMs)."""
+    longest = min(max(longest, -(-T // N)), T)
+    chain = math.ceil(longest / 16) * c + cta
+    work = ((T / 16 + N / 2) * c + N * cta) * HV * (128 / bv) / SMS
+    waves = math.ceil(N * HV * (128 // bv) / SMS) * (c + cta)
+    return max(chain, work, waves)
+
+
+def fit_fused(path):
+    """--fused MIXSHORT.json: refit FUSED_CHUNK_US and FUSED_CTA_US on `mixshort` rows (MIX_ALL=1: every workload at
+    every tile width), squared log error."""
+    rows = json.load(open(path))["timings"]
+    names = ["c16", "c32", "c64", "c128", "cta"]
+
+    def err(x):
+        c = dict(zip(names, np.abs(x)))
+        e = [math.log(fused_us(r["T"], r["N"], r["max_len"], b, c[f"c{b}"], c["cta"]) / r[f"fused_bv{b}"])
+             for r in rows for b in (16, 32, 64, 128)]
+        return float(np.mean(np.square(e)))
+
+    x0 = [FUSED_CHUNK_US[b] for b in (16, 32, 64, 128)] + [FUSED_CTA_US]
+    print("fused rms log error at cost.rs's constants:", round(math.sqrt(err(x0)), 3))
+    x, v = nelder_mead(err, x0, iters=600)
+    print("fused fitted:", {n: round(float(abs(y)), 4) for n, y in zip(names, x)},
+          "rms log error", round(math.sqrt(v), 3))
+    for label, xs in (("cost.rs", x0), ("fitted", np.abs(x))):
+        c = dict(zip(names, xs))
+        worse, lost = 0, 0.0
+        for r in rows:
+            pick = min((16, 32, 64, 128), key=lambda b: fused_us(r["T"], r["N"], r["max_len"], b, c[f"c{b}"], c["cta"]))
+            best = min(r[f"fused_bv{b}"] for b in (16, 32, 64, 128))
+            worse += r[f"fused_bv{pick}"] > best * 1.02
+            lost += r[f"fused_bv{pick}"] - best
+        print(f"  {label}: tile picks more than 2% off the best {worse} of {len(rows)}, sum lost {lost:.1f} us")
+
+
 def main():
+    if sys.argv[1] == "--fused":
+        fit_fused(sys.argv[2])
+        return
     mix = json.load(open(sys.argv[1]))
     single = json.load(open(sys.argv[2])) if len(sys.argv) > 2 and not sys.argv[2].startswith("--") else None
     pts = points(mix, single)

@@ -376,7 +376,7 @@ def cpab():
     mods = [(b, mk(b)) for b in builds]
     gs = [int(x) for x in os.environ.get("CP_GS", "9").split(",")]
     cfgs = {"1x8192": [8192], "1x16384": [16384], "1x65536": [65536], "2x16384": [16384] * 2, "1x4096": [4096],
-            "64x1024": [1024] * 64, "4x2048": [2048] * 4, "1x2048": [2048]}
+            "64x1024": [1024] * 64, "4x2048": [2048] * 4, "1x2048": [2048], "1x1024": [1024], "1x1536": [1536]}
     for cname in os.environ.get("CONFIGS", "1x8192,1x65536").split(","):
         lens = cfgs[cname]
         inp = ph.bench_inputs(lens)
