@@ -635,13 +635,14 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
 // What one walk CTA runs: chunks [c0, c1) of sequence `seq` for value head h and value half vh, from an initial
 // state to an end state. The plain walk runs whole sequences (state → new_state); the context-parallel kernels
 // below run segments of L chunks (see "context parallelism").
-// v10: the float index of M[k][n] (= Mᵀ[n][k]) in the cp scan's fragment-native workspace layout, which pass 1 writes
-// (END_WS_T) and the scan copies as is: [warp n / 16][k / 16][step (k / 2) & 1][lane 4(n & 7) + (k / 4) & 3][fragment
-// register (n / 8) & 1 + 2(k & 1)], i.e. one 16-byte piece per lane holds its A fragment of one m16n8k8 step (cp_scan).
-__device__ __forceinline__ int scan_a_idx(int n, int k) {
-    return ((((n >> 4) * 8 + (k >> 4)) * 2 + ((k >> 1) & 1)) * 32 + 4 * (n & 7) + ((k >> 2) & 3)) * 4 + ((n >> 3) & 1) +
-           2 * (k & 1);
+// v10: M[k][n] (= Mᵀ[n][k]) in the cp scan's fragment order, which pass 1 writes (END_WS_T) and the scan copies as
+// is: 16-byte pieces [warp n / 16][k / 16][step (k / 2) & 1][lane 4(n & 7) + (k / 4) & 3], each holding one lane's A
+// fragment of one m16n8k8 step, word (n / 8) & 1 + 2(k & 1) of it (cp_scan). `kblocks` = the 16-row blocks of k
+// per 16 columns n: 8 for all of M (the workspace), 4·WGS for one pass-1 CTA's rows (its staging).
+__device__ __forceinline__ int scan_a_piece(int n, int k, int kblocks) {
+    return (((n >> 4) * kblocks + (k >> 4)) * 2 + ((k >> 1) & 1)) * 32 + 4 * (n & 7) + ((k >> 2) & 3);
 }
+__device__ __forceinline__ int scan_a_word(int n, int k) { return ((n >> 3) & 1) + 2 * (k & 1); }
 enum : int { INIT_ZERO = 0, INIT_STATE = 1, INIT_WS = 2, INIT_IDENTITY = 3 };
 enum : int { END_NONE = 0, END_STATE = 1, END_WS = 2, END_WS_T = 3 };
 struct WalkJob {
@@ -649,7 +650,7 @@ struct WalkJob {
     int h, vh, c0, c1;        // value head, value half, chunk range (chunk indices within the sequence)
     int init, end;            // INIT_* / END_*
     const float* init_ws;     // INIT_WS: f32 [128 v][128 k] of this (segment, head)
-    float* end_ws;            // END_WS: likewise; END_WS_T (v10, pass 1's M): element (k, n) at scan_a_idx(n, k)
+    float* end_ws;            // END_WS: likewise; END_WS_T (v10, pass 1's M): in the scan's order (scan_a_piece)
 };
 
 // SUMMARY = a context-parallel summary walk: only the state is carried (Z instead of [Z | Y], no Q, no output).
@@ -894,17 +895,17 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
             StateIO<false>::store(job.end_ws, wbase + (i64)(g + 8) * D + 8 * j + 2 * t, S[4 * j + 2], S[4 * j + 3]);
         }
     } else if (job.end == END_WS_T) {
-        // M in the scan's fragment order (scan_a_idx; row = k, column = n). The CTA's 64·WGS rows k are, for each of
-        // the 8 column blocks n / 16, one contiguous run of it: staged in shared memory (the slots are free now) in
-        // that order, then written as 16-byte pieces (v10: 4-byte scattered stores cost pass 1 2-5 us).
+        // M in the scan's fragment order (scan_a_piece; row = k, column = n). The CTA's 64·WGS rows k are, for each
+        // of the 8 column blocks n / 16, one contiguous run of it: staged in shared memory (the slots are free now)
+        // in that order, then written as 16-byte pieces (v10: 4-byte scattered stores cost pass 1 2-5 us).
         constexpr int KB = 4 * WGS;                     // k-blocks of 16 rows in the CTA
         const int kl = (WGS == 2 ? v0 : 0) + 16 * w + g;  // row within the CTA
         const int kb0 = WGS == 2 ? 0 : v0 / 16;          // the CTA's first k-block
-        // scan_a_idx over the CTA's rows only, its 16-byte pieces f stored at f ^ ((f >> 3) & 7): a store of a warp
-        // touches 16 banks, not 4 (the pieces of one lane-row of fragments lie 8 apart); the read below undoes it
+        // the staged pieces f lie at f ^ ((f >> 3) & 7): a store of a warp touches 16 banks, not 4 (the pieces of one
+        // lane-row of fragments lie 8 apart); the read below undoes it
         auto lidx = [](int n, int k) {
-            const int f = (((n >> 4) * KB + (k >> 4)) * 2 + ((k >> 1) & 1)) * 32 + 4 * (n & 7) + ((k >> 2) & 3);
-            return 4 * (f ^ ((f >> 3) & 7)) + ((n >> 3) & 1) + 2 * (k & 1);
+            const int f = scan_a_piece(n, k, KB);
+            return 4 * (f ^ ((f >> 3) & 7)) + scan_a_word(n, k);
         };
         float* st = reinterpret_cast<float*>(smem);
         __syncthreads();  // every warp is done with the slots
@@ -917,7 +918,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
             st[lidx(n + 1, kl + 8)] = S[4 * j + 3];
         }
         __syncthreads();
-        // run b (column block b, KB·256 floats) starts at scan_a_idx(16b, 16·kb0) = (8b + kb0)·256
+        // run b (column block b, KB·256 floats) starts at piece scan_a_piece(16b, 16·kb0, 8) = (8b + kb0)·64
 #pragma unroll 4
         for (int e = tid; e < KB * 64 * 8; e += Lay::THREADS) {
             const int rb = e / (KB * 64), i = e % (KB * 64);
@@ -956,7 +957,7 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 //                             when nseg = 1); role 1 exits
 //           0 < s < nseg − 1: summary walks (no outputs): role 0 from zero with V → B[s]; role 1 from the identity
 //                             with V = 0 → M[s] (the rows of the identity walk as value rows, so M is a walk state;
-//                             v10: stored in the scan's fragment order, scan_a_idx)
+//                             v10: stored in the scan's fragment order, scan_a_piece)
 //           s = nseg − 1:     nothing (its end state is never needed)
 //   scan    gdn_prefill64_cp_scan{,8} grid N·HV·8 (·16), block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
 //           (fp32, 16 (8) value rows per CTA; M double-buffered in shared memory by cp.async, the next step's M
@@ -1075,7 +1076,7 @@ __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
 // instructions per thread per step, ~3.4 us per step; the scan was issue-bound.)
 // v10 (session 20): fragment-native layouts. A k8 step's k order is free (A and B only have to agree), so steps 2j
 // and 2j + 1 take, in lane slot t / t + 4, k = 16j + 4t / 16j + 4t + 1 and 16j + 4t + 2 / 16j + 4t + 3. Pass 1
-// writes M in the order of the A fragments (scan_a_idx: a lane's a0..a3 of one step are one 16-byte piece, lanes
+// writes M in the order of the A fragments (scan_a_piece: a lane's a0..a3 of one step are one 16-byte piece, lanes
 // contiguous), and X is kept as its tf32 hi and lo parts (split once, when written; v6 had all 8 warps split all of
 // X every step) in the order of the B fragments (scan_b_idx: b0, b1 of steps 2j and 2j + 1 = X[r][16j + 4t ..
 // + 3], one 16-byte piece). Per 16 k a warp issues 2 + 2·ROWS/8 conflict-free LDS.128 and 8 splits, and no register
