@@ -25,7 +25,7 @@
 // v10 (session 20, results/prefill_s20.md): the cp scan reads M and X in the order of its mma fragments (pass 1
 // writes M that way, through shared memory) and takes M in one bulk copy per step: half its instructions, scan -20%
 // (16-row CTAs) to -33% (8-row CTAs); H200, same process: 1x65536 (L 64, scan8) 692 -> 681 us, 1x8192 (L 16) 108.5
-// -> 105.1.
+// -> 105.1. v11 (session 21): the scan's grid covers only the sequences that can need it (scan_find_seq).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -959,7 +959,8 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
 //                             with V = 0 → M[s] (the rows of the identity walk as value rows, so M is a walk state;
 //                             v10: stored in the scan's fragment order, scan_a_piece)
 //           s = nseg − 1:     nothing (its end state is never needed)
-//   scan    gdn_prefill64_cp_scan{,8} grid N·HV·8 (·16), block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
+//   scan    gdn_prefill64_cp_scan{,8} grid K·HV·8 (·16), K = min(N, T / (128·L + 1)) (v11: the sequences that can
+//           have nseg ≥ 3; scan_find_seq), block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
 //           (fp32, 16 (8) value rows per CTA; M double-buffered in shared memory by cp.async, the next step's M
 //           loading while this step computes)
 //   pass 3  gdn_prefill64_cp_pass3_*  grid (seg slots, HV, 2): segments s ≥ 1 walk for real from S[s] (outputs;
@@ -1068,8 +1069,9 @@ __device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
     walk_wg_body<WGS, BF16STATE, false>(p, j);
 }
 
-// One CTA per (sequence, value head, ROWS value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1] rows. ROWS = 16
-// (grid N·HV·8) or 8 (grid N·HV·16: twice the SMs per step, for few chains — policy.rs picks by the wave count).
+// One CTA per (sequence with nseg ≥ 3, value head, ROWS value rows): X = S[s−1] rows; S[s] rows = X M[s−1] + B[s−1]
+// rows. ROWS = 16 (grid K·HV·8) or 8 (grid K·HV·16: twice the SMs per step, for few chains — policy.rs picks by the
+// wave count).
 // v6: on tensor cores, transposed so the value rows are the N dimension: S[s]ᵀ = M[s−1]ᵀ Xᵀ + B[s−1]ᵀ, warp w (of 8)
 // owns output columns 16w..16w+15 (one m16 tile of Mᵀ) for all ROWS rows (ROWS / 8 n8 tiles), 16 k8 steps of
 // mma.sync m16n8k8 in 3xTF32 (hi·hi + hi·lo + lo·hi, ~fp32 accuracy). (v5 and before: one FMA per element, ~1,400
@@ -1095,6 +1097,62 @@ __device__ __forceinline__ void cp_scan_stage(const float* M, float* buf, u32 ba
         bulk_g2s(smem_addr(buf), M, D * D * 4, bar);
     }
 }
+// v11 (session 21): the scan's grid covers only the sequences that can have three segments or more. Sequence i needs
+// the scan when nch > 2L chunks, i.e. more than 128·L tokens, so at most K = min(N, floor(T / (128·L + 1))) of them
+// do (their lengths sum to at most T); the grid is K·HV·(128 / ROWS) CTAs (`policy::cp_scan_seqs`, from T, N and L
+// alone: no lengths on the host), and CTA rank k finds the k-th such sequence here. (Until v10 the grid was N·HV·8 or
+// ·16 CTAs of 147 KB, one per SM, and on many-sequence workloads nearly all of them exited at once: ~0.65 us per
+// wave of them, 5-16 us per call on the contest mix's cp workloads.)
+// The search: passes of 1024 sequences, each thread flags 4 consecutive ones, a block exclusive scan of the flag
+// counts locates the owner of rank k. All 256 threads call it; the result is uniform. -1: fewer than k + 1 such
+// sequences (the bound K is not tight). Lengths are read as in find_segment (a negative one counts as 0).
+__device__ __forceinline__ i64 scan_find_seq(const Prefill64Params& p, i64 k, int tid) {
+    constexpr int E = 4;  // sequences per thread per pass
+    __shared__ int wsum[8];
+    __shared__ i64 hit;
+    const int warp = tid >> 5, lane = tid & 31;
+    const i64 N = p.num_seqs, lim = (i64)C * 2 * p.seg_chunks;
+    if (N <= 0) return -1;
+    if (tid == 0) hit = -1;
+    i64 before = 0;  // such sequences in earlier passes
+    for (i64 base = 0; base < N; base += 256 * E) {
+        const i64 i0 = base + (i64)E * tid;
+        unsigned bits = 0;
+        if (i0 < N) {
+            i64 c[E + 1];
+#pragma unroll
+            for (int e = 0; e <= E; ++e) c[e] = i0 + e <= N ? p.cu_seqlens[i0 + e] : 0;
+#pragma unroll
+            for (int e = 0; e < E; ++e)
+                if (i0 + e < N && c[e + 1] - c[e] > lim) bits |= 1u << e;
+        }
+        const int cnt = __popc(bits);
+        int incl = cnt;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, incl, off);
+            if (lane >= off) incl += y;
+        }
+        if (lane == 31) wsum[warp] = incl;
+        __syncthreads();  // (also publishes hit = -1)
+        int excl = incl - cnt, total = 0;
+#pragma unroll
+        for (int w = 0; w < 8; ++w) {
+            excl += w < warp ? wsum[w] : 0;
+            total += wsum[w];
+        }
+        const i64 r = k - before - excl;  // rank k among this thread's flags
+        if (r >= 0 && r < cnt) {
+            unsigned b = bits;
+            for (int j = 0; j < (int)r; ++j) b &= b - 1;  // drop the r lowest flags
+            hit = i0 + __ffs((int)b) - 1;
+        }
+        before += total;
+        __syncthreads();  // hit written; wsum free for the next pass
+        if (hit >= 0 || before > k) break;
+    }
+    return hit;
+}
 template <int ROWS>
 __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     constexpr int NT = ROWS / 8;  // n8 tiles (value rows)
@@ -1106,8 +1164,10 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     const int HV = p.num_v_heads, L = p.seg_chunks;
     const int rb = blockIdx.x % (D / ROWS);
     const int h = (blockIdx.x / (D / ROWS)) % HV;
-    const i64 seq = (i64)blockIdx.x / (D / ROWS) / HV;
-    if (seq >= p.num_seqs || L <= 0) return;
+    if (L <= 0) return;
+    // v11: the (k = blockIdx.x / (128 / ROWS) / HV)-th sequence with three segments or more
+    const i64 seq = scan_find_seq(p, (i64)blockIdx.x / (D / ROWS) / HV, threadIdx.x);
+    if (seq < 0) return;
     const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
     const i64 len = eos > bos ? eos - bos : 0;
     const int nch = (int)((len + C - 1) / C);
@@ -1254,8 +1314,9 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 // Context-parallel plan (p.seg_chunks = L >= 1; seg slots G = (T/64 + N + 1)/L + N + 1), in this order:
 //   gdn_prefill64_prep                grid ((T/64 + N + 1)·HV, 1, 1), block 128, smem PREP_SMEM
 //   gdn_prefill64_cp_pass1_{f32,bf16} grid (G, HV, 4), block 128, smem WALK_SMEM
-//   gdn_prefill64_cp_scan             grid (N·HV·8, 1, 1), block 256, smem SCAN_SMEM (147472); or
-//   gdn_prefill64_cp_scan8            grid (N·HV·16, 1, 1), block 256, smem SCAN_SMEM (8 value rows per CTA)
+//   gdn_prefill64_cp_scan             grid (K·HV·8, 1, 1), block 256, smem SCAN_SMEM (147472); or
+//   gdn_prefill64_cp_scan8            grid (K·HV·16, 1, 1), block 256, smem SCAN_SMEM (8 value rows per CTA);
+//                                     K = min(N, floor(T / (128·L + 1))), no launch when K = 0
 //   gdn_prefill64_cp_pass3_{f32,bf16} grid (G, HV, 2), block 128, smem WALK_SMEM
 // or, with two warpgroups per walk CTA (one CTA per head; compiled only with -DGDN_PREFILL64_WIDE, see below):
 //   gdn_prefill64_cp_pass1w_{f32,bf16} grid (G, HV, 2), block 256, smem WALK2_SMEM (152592)

@@ -28,8 +28,9 @@
 //! the two-warpgroup summary cost is held at session 18's 1.836 (a free fit moved it to 1.98 at equal error and
 //! then picked one warpgroup for 2x16384: measured 297 vs 282 µs). Session 20 refitted only the scan (its kernel
 //! changed: prefill64 v10), on new sweeps of the same two kinds (…-s20-mixlong.json, …-s20-single.json); the walk and
-//! prep constants refit within 1-3% there and were kept. `tests/cost.rs` replays the mix table (session 20's). Times
-//! scale with 132 / SMs.
+//! prep constants refit within 1-3% there and were kept. Session 21 likewise (the scan's grid shrank to the
+//! sequences that can need it, and its steps now count once per wave of the long sequences' CTAs; the sweep
+//! …-s21-mixlong.json). `tests/cost.rs` replays the mix table (session 21's). Times scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
@@ -43,14 +44,16 @@
 //!   prep  = PREP_FIXED_US + PREP_CHUNK_SM_US · HV·(T/64 + N/2) / SMs
 //!   pass1 = max(L·W + C, [chains·(L·W + C) + 2·chains·(G−2)·(L·S + C)           (G = 1: W = CHUNK64_WALK_CHUNK_US)
 //!                          + (short tokens/64 · W + short seqs · (C + W/2))·HV·cph] / SMs)
-//!   scan  = fixed + step·(G−2) + SCAN_WAVE_US · scan CTAs / SMs          (fixed, step: `SCAN_US` of the kernel)
+//!   scan  = fixed + step·(G−2)·ceil(long·HV·cph_scan / SMs) + SCAN_WAVE_US · scan CTAs / SMs   (fixed, step:
+//!           `SCAN_US` of the kernel; scan CTAs = K·HV·cph_scan, K = min(N, T / (128·L + 1)):
+//!           `registry::prefill64_scan_seqs`; K = 0: no launch, 0)
 //!   pass3 = max(L·W + C3, (chains·(G−1) + rest)·(L·W + C) / SMs)
 //! with chains = long·HV·cph and rest = floor(ceil(short tokens/64) / L)·HV·cph: the most pass-3 CTAs the
 //! other sequences can add (one per segment past their first; a second sequence almost as long as the
 //! longest is cut too). G = 1 is the chunk64 plan (prep + one one-warpgroup walk, no scan, no pass 3).
 
 use crate::policy::Shape;
-use crate::registry::prefill64;
+use crate::registry::{prefill64, prefill64_scan_seqs};
 
 /// Fused plan: µs per 16-token chunk of one CTA, by tile width BV (single sequences of 2,443 and 4,380 tokens
 /// and the mix's long workloads). Session 20 checked a refit on the whole mix at every tile width (`fit_cost.py
@@ -110,14 +113,16 @@ pub const PREP_FIXED_US: f64 = 6.14;
 pub const PREP_CHUNK_SM_US: f64 = 2.589;
 /// Scan, by kernel (its CTAs per (sequence, value head): 16 = `gdn_prefill64_cp_scan8`, 8 = `…_cp_scan`):
 /// fixed µs and µs per dependent step (one per segment after the second).
-/// Session 20 (v10 scan: fragment-order operands, one bulk copy of M per step), `fit_cost.py --scan` on
-/// results/2026-11-21-h200-s20-mixlong.json: per step 2.144 -> 1.663 µs (8-row CTAs) and 3.142 -> 2.62 (16-row).
+/// Session 21 (v11 scan: a grid of K·HV·cph CTAs, K = `prefill64_scan_seqs`; the steps counted once per wave of
+/// the long sequences' CTAs), `fit_cost.py --scan` on results/2026-11-21-h200-s21-mixlong.json, the walk and prep
+/// constants held: rms log error of the scan 0.344 -> 0.149 (session 20's form and constants on the same
+/// sweep). Session 20: (1.154, 1.663) and (0.883, 2.62), 0.65 µs per wave of all scan CTAs.
 pub const SCAN_US: [(u32, f64, f64); 2] = [
-    (prefill64::CP_SCAN8_CTAS, 1.154, 1.663),
-    (prefill64::CP_SCAN_CTAS, 0.883, 2.62),
+    (prefill64::CP_SCAN8_CTAS, 1.976, 1.532),
+    (prefill64::CP_SCAN_CTAS, 3.251, 1.942),
 ];
-/// Scan: µs per wave of scan CTAs (one per SM; most belong to short sequences and return at once).
-pub const SCAN_WAVE_US: f64 = 0.65;
+/// Scan: µs per wave of scan CTAs (one per SM; those whose rank finds no sequence return at once).
+pub const SCAN_WAVE_US: f64 = 0.083;
 
 const FUSED_CHUNK: f64 = 16.0;
 const CHUNK64: f64 = 64.0;
@@ -232,9 +237,17 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
     let (scan, pass3) = if segments < 2 {
         (0.0, 0.0)
     } else {
-        let (scan_ctas, fixed, step) = scan_costs(s, sms);
+        let (scan_ctas, per_head, fixed, step) = scan_costs(s, sms, seg_chunks);
+        let work_waves =
+            (l.long_seqs * s.num_v_heads as u64 * per_head).div_ceil(sms.max(1)) as f64;
         (
-            fixed + step * (gf - 2.0).max(0.0) + SCAN_WAVE_US * scan_ctas as f64 / smsf,
+            if scan_ctas == 0 {
+                0.0 // (no launch)
+            } else {
+                fixed
+                    + step * (gf - 2.0).max(0.0) * work_waves
+                    + SCAN_WAVE_US * scan_ctas as f64 / smsf
+            },
             (lf * w + form.pass3_cta_us)
                 .max((ch * (gf - 1.0) + rest_ctas as f64) * seg_walk / smsf),
         )
@@ -251,17 +264,21 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
     }
 }
 
-/// The scan kernel the policy runs for `s` (`policy::cp_scan_kernel`): its CTAs, fixed µs, µs per step.
-fn scan_costs(s: &Shape, sms: u64) -> (u64, f64, f64) {
-    let per_head =
-        crate::policy::cp_scan_kernel(s, sms).map_or(prefill64::CP_SCAN_CTAS, |v| v.ctas_per_head);
+/// The scan kernel the policy runs for `s` (`policy::cp_scan_kernel`): its CTAs, CTAs per (sequence, head),
+/// fixed µs, µs per step.
+fn scan_costs(s: &Shape, sms: u64, seg_chunks: u64) -> (u64, u64, f64, f64) {
+    let per_head = crate::policy::cp_scan_kernel(s, sms, seg_chunks)
+        .map_or(prefill64::CP_SCAN_CTAS, |v| v.ctas_per_head);
     let (_, fixed, step) = SCAN_US
         .iter()
         .copied()
         .find(|x| x.0 == per_head)
         .unwrap_or(SCAN_US[1]);
+    let seqs = prefill64_scan_seqs(s.total_tokens as u64, s.num_seqs as u64, seg_chunks);
+    let per_head = per_head as u64;
     (
-        s.num_seqs as u64 * s.num_v_heads as u64 * per_head as u64,
+        seqs * s.num_v_heads as u64 * per_head,
+        per_head,
         fixed,
         step,
     )

@@ -29,10 +29,11 @@
 //!   - **cp** (context parallel, `prefill64.cu`): the chunk64 prep, then three launches that cut each
 //!     sequence into segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
 //!     transition and a zero-state summary of each middle segment; scan: the segments' start states, 8 value
-//!     rows per CTA when N·HV·16 CTAs fit one wave (`cp_scan_kernel`), else 16; pass 3: segments 1.. for
-//!     real). The passes' walk CTAs hold one warpgroup (a 64-row value half: `…_cp_pass{1,3}_*`) or two (a
-//!     whole head: `…_cp_pass{1,3}w_*`, plan kind **cp2**; more rows per SM, half the CTAs, so about twice
-//!     the segments for the same fill). Picked when its best estimate (`cost::cp_candidates`: either walk form, G
+//!     rows per CTA when K·HV·16 CTAs fit one wave (`cp_scan_kernel`; K = the sequences that can have three
+//!     segments, `prefill64_scan_seqs`), else 16; pass 3: segments 1.. for real). The passes' walk CTAs
+//!     hold one warpgroup (a 64-row value half: `…_cp_pass{1,3}_*`) or two (a whole head:
+//!     `…_cp_pass{1,3}w_*`, plan kind **cp2**; more rows per SM, half the CTAs, so about twice the segments
+//!     for the same fill). Picked when its best estimate (`cost::cp_candidates`: either walk form, G
 //!     segments of the longest sequence, 3 ≤ G ≤ 64, segments ≥ 4 chunks, pass 3 in one wave of CTAs and
 //!     pass 1 in at most two) beats the fused one: few long sequences, or one long sequence among short ones
 //!     when the caller gives its length. Nothing is read on the host: without a hint the lengths are taken
@@ -47,7 +48,8 @@
 use crate::cost;
 use crate::registry::{self, Family, GridOrder, StateDtype, Variant, HEAD_DIM};
 use crate::registry::{
-    prefill64_cp_workspace_bytes, prefill64_seg_slots, prefill64_slots, prefill64_workspace_bytes,
+    prefill64_cp_workspace_bytes, prefill64_scan_seqs, prefill64_seg_slots, prefill64_slots,
+    prefill64_workspace_bytes,
 };
 use gdn_core::Op;
 use std::fmt;
@@ -318,17 +320,24 @@ pub fn grid_of(v: &Variant, s: &Shape) -> (u64, u64, u64) {
         GridOrder::HeadMajor => (n * cph, h, hv / h.max(1)),
         GridOrder::Linear => (n * hv * cph, 1, 1),
         GridOrder::ChunkSlots => (prefill64_slots(s.total_tokens as u64, n) * hv, 1, 1),
-        GridOrder::SegmentSlots => cp_grid(v, s, 1),
+        GridOrder::SegmentSlots | GridOrder::LongSeqs => cp_grid(v, s, 1),
     }
 }
 
-/// The grid of a context-parallel pass (`GridOrder::SegmentSlots`) with segments of `seg_chunks` chunks.
+/// The grid of a context-parallel launch (`GridOrder::SegmentSlots`: a pass; `GridOrder::LongSeqs`: the scan)
+/// with segments of `seg_chunks` chunks. (Other grid orders do not depend on it: `grid_of`.)
 pub fn cp_grid(v: &Variant, s: &Shape, seg_chunks: u64) -> (u64, u64, u64) {
-    (
-        prefill64_seg_slots(s.total_tokens as u64, s.num_seqs as u64, seg_chunks),
+    let (t, n, hv, cph) = (
+        s.total_tokens as u64,
+        s.num_seqs as u64,
         s.num_v_heads as u64,
         v.ctas_per_head as u64,
-    )
+    );
+    match v.grid {
+        GridOrder::SegmentSlots => (prefill64_seg_slots(t, n, seg_chunks), hv, cph),
+        GridOrder::LongSeqs => (prefill64_scan_seqs(t, n, seg_chunks) * hv * cph, 1, 1),
+        _ => grid_of(v, s),
+    }
 }
 
 /// Average 64-token chunks per sequence (≥ 1), from T and N only.
@@ -815,11 +824,12 @@ fn context_parallel(
         why.clone(),
         seg_chunks,
     )?;
-    let scan = configure(
-        cp_scan_kernel(s, caps.sm_count as u64)?,
+    let scan = configure_grid(
+        cp_scan_kernel(s, caps.sm_count as u64, seg_chunks)?,
         s,
         caps,
         why.clone(),
+        seg_chunks,
     )?;
     let pass3 = configure_grid(of(Family::Prefill64CpPass3)?, s, caps, why, seg_chunks)?;
     let workspace_bytes = if pass3.is_empty() || n == 0 { 0 } else { need };
@@ -835,13 +845,14 @@ fn context_parallel(
     })
 }
 
-/// The cp scan kernel: `gdn_prefill64_cp_scan8` (8 value rows per CTA, N·HV·16 CTAs) when those CTAs fit one
-/// wave (one per SM), else `gdn_prefill64_cp_scan` (16 rows, N·HV·8). A scan step is latency-bound, so twice
-/// the SMs per step pays only while no second wave is needed (H200, results/prefill64_s11.md: 1x8192 scan 27.4 →
-/// 23.7 µs; 2x16384 28.2 → 46.6 µs with two waves).
-pub fn cp_scan_kernel(s: &Shape, sms: u64) -> Result<&'static Variant, Rejection> {
-    let ctas8 =
-        s.num_seqs as u64 * s.num_v_heads as u64 * registry::prefill64::CP_SCAN8_CTAS as u64;
+/// The cp scan kernel with segments of `seg_chunks` chunks: `gdn_prefill64_cp_scan8` (8 value rows per CTA,
+/// K·HV·16 CTAs, K = `prefill64_scan_seqs`) when those CTAs fit one wave (one per SM), else
+/// `gdn_prefill64_cp_scan` (16 rows, K·HV·8). A scan step is latency-bound, so twice the SMs per step pays only
+/// while no second wave is needed (H200, results/prefill64_s11.md: 1x8192 scan 27.4 → 23.7 µs; 2x16384 28.2 →
+/// 46.6 µs with two waves).
+pub fn cp_scan_kernel(s: &Shape, sms: u64, seg_chunks: u64) -> Result<&'static Variant, Rejection> {
+    let seqs = prefill64_scan_seqs(s.total_tokens as u64, s.num_seqs as u64, seg_chunks);
+    let ctas8 = seqs * s.num_v_heads as u64 * registry::prefill64::CP_SCAN8_CTAS as u64;
     let name = if ctas8 <= sms {
         "gdn_prefill64_cp_scan8"
     } else {

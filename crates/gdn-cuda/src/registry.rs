@@ -56,6 +56,10 @@ pub enum GridOrder {
     /// roles); the context-parallel passes. G depends on the plan's segment length L (`policy::cp_grid`);
     /// without one (`policy::grid_of`) it is the largest, L = 1.
     SegmentSlots,
+    /// `(K · HV · cph, 1, 1)` with K = `prefill64_scan_seqs(T, N, L)`: one CTA per (sequence that can have
+    /// three segments or more, value head, `cph` row blocks); the context-parallel scan (prefill64.cu v11). Like
+    /// `SegmentSlots`, plan-dependent (`policy::cp_grid`; L = 1 without a plan).
+    LongSeqs,
 }
 
 /// Storage dtype of the recurrent state (the math is fp32 either way).
@@ -215,6 +219,13 @@ pub fn prefill64_slots(total_tokens: u64, num_seqs: u64) -> u64 {
 /// (prefill64.cu, "context parallelism").
 pub fn prefill64_seg_slots(total_tokens: u64, num_seqs: u64, seg_chunks: u64) -> u64 {
     prefill64_slots(total_tokens, num_seqs) / seg_chunks.max(1) + num_seqs + 1
+}
+
+/// Sequences that can need the context-parallel scan with segments of `seg_chunks` (L >= 1) chunks: one
+/// needs it when it has three segments or more, i.e. more than 2L chunks (> 128·L tokens), and their lengths
+/// sum to at most T: `min(N, T / (128·L + 1))`. From T, N and L alone (the lengths stay on the device).
+pub fn prefill64_scan_seqs(total_tokens: u64, num_seqs: u64, seg_chunks: u64) -> u64 {
+    num_seqs.min(total_tokens / (2 * prefill64::CHUNK * seg_chunks.max(1) + 1))
 }
 
 /// Workspace bytes of the context-parallel plan: the chunk records plus three f32 states per
@@ -393,7 +404,7 @@ const fn cp_scan_kernel(name: &'static str, ctas_per_head: u32) -> Variant {
         module: &PREFILL64,
         family: Family::Prefill64CpScan,
         state: StateDtype::F32, // touches only the fp32 workspace (not matched)
-        grid: GridOrder::Linear,
+        grid: GridOrder::LongSeqs,
         block: prefill64::CP_SCAN_BLOCK,
         dyn_smem: prefill64::CP_SCAN_SMEM,
         ctas_per_head,
@@ -712,6 +723,43 @@ pub fn module_source(m: &Module, source: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `prefill64_scan_seqs` bounds the sequences with more than 2L chunks for every split of T tokens into
+    /// N sequences (the scan kernel trusts it: its grid stops there), and the bound is reached.
+    #[test]
+    fn scan_seqs_bound_every_split() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..2000 {
+            let (n, l) = (1 + rnd(40), 1 + rnd(6));
+            let t = rnd(20_000);
+            // random split: N − 1 cut points in [0, T]
+            let mut cuts: Vec<u64> = (0..n - 1).map(|_| rnd(t + 1)).collect();
+            cuts.push(0);
+            cuts.push(t);
+            cuts.sort_unstable();
+            let long = cuts.windows(2).filter(|w| w[1] - w[0] > 128 * l).count() as u64;
+            let k = prefill64_scan_seqs(t, n, l);
+            assert!(long <= k, "T {t} N {n} L {l}: {long} > {k}");
+            // reached: k sequences of 128L + 1 tokens, the rest of T in one more (or in the last of them)
+            let mut lens = vec![128 * l + 1; k as usize];
+            let rest = t - k * (128 * l + 1);
+            match lens.last_mut() {
+                Some(last) if k == n => *last += rest,
+                _ => lens.push(rest),
+            }
+            assert!(lens.len() as u64 <= n && lens.iter().sum::<u64>() == t);
+            assert_eq!(lens.iter().filter(|&&x| x > 128 * l).count() as u64, k);
+        }
+        assert_eq!(prefill64_scan_seqs(8192, 44, 10), 6);
+        assert_eq!(prefill64_scan_seqs(65_536, 1, 64), 1);
+        assert_eq!(prefill64_scan_seqs(256, 8, 2), 0); // no sequence can have three segments: no launch
+    }
 
     #[test]
     fn names_are_unique() {

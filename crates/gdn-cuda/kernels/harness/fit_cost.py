@@ -49,9 +49,15 @@ def parts(T, N, longest, L, wg, p):
     if segs < 2:
         return prep, pass1, 0.0, 0.0
     rest = (-(-short_tokens // C)) // L * HV * cph
-    per_head = 16 if N * HV * 16 <= SMS else 8
+    # the scan: one CTA per (sequence that can have three segments, head, row block): K = min(N, T // (128 L + 1))
+    # sequences (registry.rs prefill64_scan_seqs; session 21: was N); none: no launch
+    K = min(N, T // (2 * C * L + 1))
+    per_head = 16 if K * HV * 16 <= SMS else 8
     fixed, step = p.get(f"SF{per_head}", SCAN_US[per_head][0]), p.get(f"SS{per_head}", SCAN_US[per_head][1])
-    scan = fixed + step * max(segs - 2, 0) + SCAN_WAVE_US * (N * HV * per_head) / SMS
+    # steps: one per segment after the second, for every wave of the long sequences' CTAs (session 21)
+    work_waves = -(-(long_seqs * HV * per_head) // SMS)
+    scan = fixed + step * max(segs - 2, 0) * work_waves + p.get("SW", SCAN_WAVE_US) * (K * HV * per_head) / SMS \
+        if K else 0.0
     pass3 = max(L * W + C3, (chains * (segs - 1) + rest) * seg_walk / SMS)
     return prep, pass1, scan, pass3
 
@@ -88,7 +94,7 @@ def loss(p, pts, keys):
         if "pass1" not in m and "pass1" in keys and wg == 1:  # chunk64 total = prep + walk
             e.append(math.log((pr + p1) / m["total"]))
         for k in keys:
-            if k in m and est[k] > 0:
+            if k in m and est[k] > 0 and m[k] > 0:
                 e.append(math.log(est[k] / m[k]))
     return float(np.mean(np.square(e))) if e else 0.0
 
@@ -178,11 +184,12 @@ def main():
          "C3_2": 8.2, "W0": 2.6}
     p.update({f"SF{h}": f for h, (f, _) in SCAN_US.items()})
     p.update({f"SS{h}": st for h, (_, st) in SCAN_US.items()})
+    p["SW"] = SCAN_WAVE_US
     rms = lambda: {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "scan", "pass3")}
     print("rms log error at the start:", rms())
     fit(pts, p, ["PF", "PC"], ["prep"])
     if "--scan" in sys.argv:  # the scan too (mixlong rows only: they run the scan kernel policy.rs picks)
-        fit(pts, p, ["SF16", "SS16", "SF8", "SS8"], ["scan"])
+        fit(pts, p, ["SF16", "SS16", "SF8", "SS8", "SW"], ["scan"])
     plain = [x for x in pts if "pass1" not in x[5]]  # chunk64 totals: the plain walk's W0 (session 19)
     cps = [x for x in pts if "pass1" in x[5]]
     for _ in range(2):  # pass 1 and pass 3 share W and C

@@ -38,6 +38,11 @@ def cp_seg_slots(T, N, L):
     return (T // C + N + 1) // L + N + 1
 
 
+def scan_seqs(T, N, L):
+    """Sequences that can need the cp scan (more than 2L chunks): registry.rs prefill64_scan_seqs."""
+    return min(N, T // (2 * C * max(L, 1) + 1))
+
+
 def cp_segments_for(N, T, HV, sms=132, automatic=True):
     """policy.rs cp_segments: the largest G (3..64) with pass 3 (chains·(G−1) CTAs) in one wave, pass 1
     (chains·(2G−3)) in two, and (automatic) segments of >= 8 chunks."""
@@ -82,6 +87,8 @@ class Module64:
         sc = re.search(r"SCAN_SMEM == (\d+)", src)
         self.scan_smem = int(sc.group(1)) if sc else SCAN_SMEM
         self.prep_linear = "blockIdx.x % (unsigned)HV" in src
+        # v11 scans (session 21) find their sequence: the grid covers only K = min(N, T // (128 L + 1)) of them
+        self.scan_long_seqs = "scan_find_seq" in src
         if selftest:
             src += ('\nextern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_selftest(const __nv_bfloat16* A, '
                     'const __nv_bfloat16* B, float* D1, float* D2, float* D3) { gdn_prefill64::wg_selftest(A, B, D1, D2, D3); }\n')
@@ -160,10 +167,13 @@ class Module64:
         if cp_L:
             cph, wt, w = 2 // wgs, 128 * wgs, "w" if wgs == 2 else ""
             wsm = self.walk2_smem if wgs == 2 else self.walk_smem
+            K = scan_seqs(T, N, cp_L) if self.scan_long_seqs else N
             for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1{w}_{st}", (G, HV, 2 * cph), wt, wsm),
-                                          ("gdn_prefill64_cp_scan8", (N * HV * 16, 1, 1), 256, self.scan_smem)
-                                          if scan8 else ("gdn_prefill64_cp_scan", (N * HV * 8, 1, 1), 256, self.scan_smem),
+                                          ("gdn_prefill64_cp_scan8", (K * HV * 16, 1, 1), 256, self.scan_smem)
+                                          if scan8 else ("gdn_prefill64_cp_scan", (K * HV * 8, 1, 1), 256, self.scan_smem),
                                           (f"gdn_prefill64_cp_pass3{w}_{st}", (G, HV, cph), wt, wsm)):
+                if grid[0] == 0:
+                    continue  # (no sequence can need the scan)
                 err, = cu.cuLaunchKernel(self.fns[name], *grid, block, 1, 1, sm, stream, ctypes.addressof(argv), 0)
                 if err != cu.CUresult.CUDA_SUCCESS:
                     raise RuntimeError(f"{name} launch: {err}")
@@ -189,7 +199,13 @@ def run64(mod, st, inp, poison_ws=True, cp_L=0, wgs=None):
 def check(mod):
     rnd = random.Random(7)
     mixed57 = [rnd.choice([0, 1, 2, 15, 16, 17, 31, 33, 63, 64, 65, 100, 127, 129, 255, 300]) for _ in range(57)]
+    # 1,100 short sequences and five that need the cp scan at L 1-2 (> 128 L tokens), two of them past the scan's
+    # first 1,024-sequence search pass (v11: a scan CTA finds the k-th such sequence)
+    many = [rnd.choice([0, 1, 5, 17, 40]) for _ in range(1100)]
+    for i, n in ((3, 300), (1023, 129), (1024, 260), (1030, 520), (1099, 390)):
+        many[i] = n
     cases = [
+        ("many1100 1/2 slow", many, 1, 2, True, "slow"),
         ("edge 4/8 state", [0, 1, 63, 64, 65], 4, 8, True, "bench"),
         ("edge 4/8 nostate slow", [65, 0, 1, 64, 63], 4, 8, False, "slow"),
         ("mixed57 4/8 slow", mixed57, 4, 8, True, "slow"),
@@ -284,10 +300,16 @@ def times(fn, iters):
     prep = [dur(e) for e in ev if "prep" in e.name]
     walk = [dur(e) for e in ev if "walk" in e.name]
     other = [dur(e) for e in ev if "prep" not in e.name and "walk" not in e.name]
-    if not walk and prep:  # context parallel: the walk is pass 1 + scan + pass 3 of each call
-        n = len(prep)
-        walk = [sum(dur(e) for e in ev[i * 4 + 1:i * 4 + 4]) for i in range(n)] if len(ev) == 4 * n else []
-        other = {k: [dur(e) for e in ev if k in e.name] for k in ("pass1", "scan", "pass3")}
+    if not walk and prep:  # context parallel: the walk is pass 1 + scan + pass 3 of each call (v11: a call whose
+        # sequences cannot need the scan launches none; it counts 0)
+        calls = []
+        for e in ev:
+            if "prep" in e.name:
+                calls.append({"pass1": 0.0, "scan": 0.0, "pass3": 0.0})
+            elif calls:
+                calls[-1][next(k for k in ("pass1", "scan", "pass3") if k in e.name)] += dur(e)
+        walk = [sum(c.values()) for c in calls]
+        other = {k: [c[k] for c in calls] for k in ("pass1", "scan", "pass3")}
     return prep, walk, other
 
 
@@ -459,13 +481,13 @@ def mixlong(mod, v5):
             q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
             prep, wk, _ = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns), 15)
             row["chunk64"] = statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)])
-            s8 = len(lens) * 8 * 16 <= 132  # the scan policy.rs picks
             # cp with one warpgroup per walk CTA (cp_G*) and with two (cp2_G*: one CTA per head, twice the segments)
             for wgs, key, gs in ((1, "cp", (2, 3, 4, 6, 9, 12, 16)), (2, "cp2", (3, 4, 6, 9, 12, 16, 24, 32))):
                 if wgs == 2 and not mod.walk2_smem:
                     continue
                 for G in gs:
                     L = cp_L_max(lens, G)
+                    s8 = scan_seqs(sum(lens), len(lens), L) * 8 * 16 <= 132  # the scan policy.rs picks
                     prep, wk, parts = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale,
                                                                out, ns, cp_L=L, wgs=wgs, scan8=s8), 15)
                     row[f"{key}_G{G}"] = {"L": L, "median_us": statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)]),
