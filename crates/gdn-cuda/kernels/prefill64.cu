@@ -25,7 +25,9 @@
 // v10 (session 20, results/prefill_s20.md): the cp scan reads M and X in the order of its mma fragments (pass 1
 // writes M that way, through shared memory) and takes M in one bulk copy per step: half its instructions, scan -20%
 // (16-row CTAs) to -33% (8-row CTAs); H200, same process: 1x65536 (L 64, scan8) 692 -> 681 us, 1x8192 (L 16) 108.5
-// -> 105.1. v11 (session 21): the scan's grid covers only the sequences that can need it (scan_find_seq).
+// -> 105.1. v11 (session 21, results/prefill_s21.md): the scan's grid covers only the sequences that can need it
+// (scan_find_seq); the prep forms its record addresses from per-thread bases and zeroes T's upper blocks by a closed
+// form (3384 -> 2920 SASS instructions): prep 146 -> 136.5 us at 1x65536, 26.1 -> 25.6 at 1x8192.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -370,21 +372,28 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
                 for (int e = 0; e < 2; ++e) {
                     const int j = 8 * nt + 2 * t + e;
                     const float dec = exp_ftz(fminf(gi - gam_s[j], 0.f));
-                    acc[nt][2 * hr + e] = i >= j ? p.scale * acc[nt][2 * hr + e] * dec : 0.f;
+                    acc[nt][2 * hr + e] = i >= j ? acc[nt][2 * hr + e] * dec : 0.f;  // (scale: below)
                     pm = fmaxf(pm, fabsf(acc[nt][2 * hr + e]));
                 }
             }
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) pm = fmaxf(pm, __shfl_xor_sync(0xffffffffu, pm, off));
+        // v11: the scale is applied with the power of two (inv exact, so P' = (Q Kᵀ ⊙ decay) · (scale · inv) differs
+        // from v10's (scale · Q Kᵀ ⊙ decay) · inv by fp32 rounding only), and the 16 stores go through one base: row
+        // 16w + g + 8hr has swizzle phase g, so pair (row, 8nt + 2t) sits at 1024·hr + 16·(nt ^ g) from row 16w + g's
+        // piece 0 + 4t (v10 formed every address: ~90 SASS instructions for 16 stores)
         float inv, sP;
-        pow2_scale(pm, inv, sP);
+        pow2_scale(fabsf(p.scale) * pm, inv, sP);
+        const float sinv = p.scale * inv;
+        unsigned char* const prow = rec + WG_TILE + (16 * warp + g) * 128 + 4 * t;
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < 8; ++nt) {
+            unsigned char* const pc = prow + ((nt ^ g) << 4);
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr)
-                *reinterpret_cast<u32*>(rec + rec_pair(1, 16 * warp + g + 8 * hr, 8 * nt + 2 * t)) =
-                    pack_f16(acc[nt][2 * hr] * inv, acc[nt][2 * hr + 1] * inv);
+                *reinterpret_cast<u32*>(pc + 1024 * hr) = pack_f16(acc[nt][2 * hr] * sinv, acc[nt][2 * hr + 1] * sinv);
+        }
         if (lane == 0) reinterpret_cast<float*>(rec + WG_E)[2 * C + EGC_SP + warp] = sP;
     }
     // ---- K Kᵀ
@@ -395,14 +404,19 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     wg_wait0();
     wg_pin<32>(&acc[0][0]);
     __syncthreads();  // every warp is done with the K and Q panels: T and A take their place
-    // zero the strictly-upper off-diagonal blocks of T (the record is written whole): block row rb has 16 rows of
-    // (3 − rb)·4 float4 right of its diagonal block — 384 float4 in all, 3 per thread (v7 tested all 4,096 entries)
+    // zero the strictly-upper off-diagonal blocks of T (the record is written whole): row r of block row rb = r / 16
+    // has (3 − rb)·4 float4 right of its diagonal block, 384 float4 in all (v7 tested all 4,096 entries). v11
+    // (session 21): rows r and 63 − r (r < 32) have 12 between them, so thread tid writes pieces 3q .. 3q + 2 (q =
+    // tid % 4) of pair tid / 4: piece e < n = 12 − 4·rb is row r's, the rest row 63 − r's (v8-v10: a loop per block
+    // row with divisions by 12, 8 and 4, ~280 SASS instructions)
+    {
+        const int r = tid >> 2, rb = r >> 4, n = 12 - 4 * rb;
 #pragma unroll
-    for (int rb = 0; rb < 3; ++rb) {
-        const int n4 = (3 - rb) * 4;
-        for (int e = tid; e < 16 * n4; e += 128) {
-            const int r = 16 * rb + e / n4, c = 16 * (rb + 1) + 4 * (e % n4);
-            *reinterpret_cast<float4*>(Tf + r * LDF + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int m = 0; m < 3; ++m) {
+            const int e = 3 * (tid & 3) + m;
+            const bool mine = e < n;  // row r, or row 63 − r (block row 3 − rb)
+            const int row = mine ? r : 63 - r, c = mine ? 16 * (rb + 1) + 4 * e : 16 * (4 - rb) + 4 * (e - n);
+            *reinterpret_cast<float4*>(Tf + row * LDF + c) = make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
     // ---- A (f32, smem, row-major, zero on and above the diagonal; the blocks above the diagonal block are never
@@ -503,12 +517,16 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     // ---- Tb' = T diag(β) / sT as f16 pairs (v7; coalesced 4-byte stores), e-vectors
     {
         const float gC = gam_s[C - 1];
+        // thread: rows 4m + warp (m < 16), columns 2·lane, + 1 (v11: one 8-byte load per pair from a per-thread base,
+        // the record offsets from two bases by immediates; v7-v10 formed every address, ~110 SASS instructions)
         float tb[16][2], tm = 0.f;
+        const float2 bc = *reinterpret_cast<const float2*>(beta_s + 2 * lane);
+        const float* trow = Tf + warp * LDF + 2 * lane;
 #pragma unroll
-        for (int m = 0; m < (C * C / 2) / 128; ++m) {
-            const int e = m * 128 + tid, r = e >> 5, c = 2 * (e & 31);
-            tb[m][0] = Tf[r * LDF + c] * beta_s[c];
-            tb[m][1] = Tf[r * LDF + c + 1] * beta_s[c + 1];
+        for (int m = 0; m < 16; ++m) {
+            const float2 x = *reinterpret_cast<const float2*>(trow + 4 * m * LDF);
+            tb[m][0] = x.x * bc.x;
+            tb[m][1] = x.y * bc.y;
             tm = fmaxf(tm, fmaxf(fabsf(tb[m][0]), fabsf(tb[m][1])));
         }
 #pragma unroll
@@ -517,11 +535,13 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
         __syncthreads();
         float inv, sT;
         pow2_scale(fmaxf(fmaxf(wmax[4], wmax[5]), fmaxf(wmax[6], wmax[7])), inv, sT);
+        // rec_pair(0, 4m + warp, 2·lane) = 512·m + rec_pair(0, warp, ·) for even m, 512·(m − 1) + rec_pair(0, warp + 4, ·)
+        // for odd m (the swizzle phase (4m + warp) & 7 is warp or warp + 4)
+        unsigned char* const rec0 = rec + rec_pair(0, warp, 2 * lane);
+        unsigned char* const rec1 = rec + rec_pair(0, warp + 4, 2 * lane);
 #pragma unroll
-        for (int m = 0; m < (C * C / 2) / 128; ++m) {
-            const int e = m * 128 + tid, r = e >> 5, c = 2 * (e & 31);
-            *reinterpret_cast<u32*>(rec + rec_pair(0, r, c)) = pack_f16(tb[m][0] * inv, tb[m][1] * inv);
-        }
+        for (int m = 0; m < 16; ++m)
+            *reinterpret_cast<u32*>((m & 1 ? rec1 : rec0) + 512 * (m & ~1)) = pack_f16(tb[m][0] * inv, tb[m][1] * inv);
         float* ev = reinterpret_cast<float*>(rec + WG_E);
         if (tid < C) {
             const float eg = __expf(gam_s[tid]);
