@@ -109,8 +109,11 @@ pub const WALK_FORMS: [WalkForm; 2] = [
 pub const CHUNK64_WALK_CHUNK_US: f64 = 1.447;
 /// Prep: fixed µs, and SM·µs per (64-token chunk, value head). (Prep and scan: the fit's values unrounded;
 /// session 18 found 2x16384's segment count a knife-edge of their second place.)
-pub const PREP_FIXED_US: f64 = 6.14;
-pub const PREP_CHUNK_SM_US: f64 = 2.589;
+/// Session 21 (prefill64 v11 prep, 13% fewer instructions; …-s21-mixlong.json + …-s21-single.json): 6.14 -> 5.894,
+/// 2.589 -> 2.518 (linear in the chunks, the best of the forms tried: rms log error 0.05; it overestimates
+/// 1x65536, 162 vs 136 µs measured, where the plans it chooses between all pay the same prep).
+pub const PREP_FIXED_US: f64 = 5.894;
+pub const PREP_CHUNK_SM_US: f64 = 2.518;
 /// Scan, by kernel (its CTAs per (sequence, value head): 16 = `gdn_prefill64_cp_scan8`, 8 = `…_cp_scan`):
 /// fixed µs and µs per dependent step (one per segment after the second).
 /// Session 21 (v11 scan: a grid of K·HV·cph CTAs, K = `prefill64_scan_seqs`; the steps counted once per wave of

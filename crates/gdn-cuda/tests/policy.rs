@@ -612,8 +612,9 @@ fn context_parallel_for_few_long_sequences() {
     // without a hint nothing but T and N is known: a skewed split of the same totals gets the same plan
     assert_eq!(
         plan(&pre(2, 16_384, 8, F32)).kind(),
-        // (an estimate, a near tie: session 21's scan constants give cp2 G8 L16 162.8 µs, cp G5 L26 164.2;
-        // session 18's picked two warpgroups, sessions 19-20 one)
+        // (a near tie: session 21's constants estimate cp2 G8 L16 162.8 µs, cp G5 L26 164.2; measured on the
+        // H200, results/2026-11-21-h200-s21-2x8192-forms-cpab.log: cp2 L16 160.2, cp L26 163.1. Session 18's
+        // constants picked two warpgroups, sessions 19-20 one)
         PlanKind::ContextParallelWide
     );
     // with one: a long sequence among short ones is cut into segments of ITS length (measured: 44
