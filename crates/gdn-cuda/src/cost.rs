@@ -241,6 +241,8 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
         (0.0, 0.0)
     } else {
         let (scan_ctas, per_head, fixed, step) = scan_costs(s, sms, seg_chunks);
+        // (the waves of the sequences as long as the longest; `scan_work_seqs`, an upper bound that counts the
+        // shorter ones as needing every step, fits the s21 sweep worse: rms log error 0.15 -> 0.37)
         let work_waves =
             (l.long_seqs * s.num_v_heads as u64 * per_head).div_ceil(sms.max(1)) as f64;
         (
@@ -265,6 +267,19 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
         us: parts.iter().sum(),
         parts,
     }
+}
+
+/// Sequences the cp scan is taken to work on with segments of `seg_chunks` (L) chunks, those of more than 2L
+/// chunks: the `long_seqs` as long as the longest (when that is over 2L chunks), and as many more as the other
+/// tokens can hold, at most K = `prefill64_scan_seqs` (the grid's). Without a hint the lengths are equal and this
+/// is K or 0; with one it can be fewer than K (`policy::cp_scan_kernel` then takes the 8-row scan when only
+/// these fit one wave).
+pub fn scan_work_seqs(s: &Shape, seg_chunks: u64) -> u64 {
+    let l = Lengths::of(s);
+    let need = 2 * CHUNK64 as u64 * seg_chunks.max(1) + 1; // tokens of the shortest sequence that needs the scan
+    let long = if l.longest >= need { l.long_seqs } else { 0 };
+    let rest = (l.tokens.saturating_sub(long * l.longest) / need).min(l.seqs - long);
+    (long + rest).min(prefill64_scan_seqs(l.tokens, s.num_seqs as u64, seg_chunks))
 }
 
 /// The scan kernel the policy runs for `s` (`policy::cp_scan_kernel`): its CTAs, CTAs per (sequence, head),

@@ -846,12 +846,15 @@ fn context_parallel(
 }
 
 /// The cp scan kernel with segments of `seg_chunks` chunks: `gdn_prefill64_cp_scan8` (8 value rows per CTA,
-/// K·HV·16 CTAs, K = `prefill64_scan_seqs`) when those CTAs fit one wave (one per SM), else
-/// `gdn_prefill64_cp_scan` (16 rows, K·HV·8). A scan step is latency-bound, so twice the SMs per step pays only
+/// 16 CTAs per (sequence, head)) when the CTAs that do work fit one wave (one per SM), else
+/// `gdn_prefill64_cp_scan` (16 rows, 8 CTAs). A scan step is latency-bound, so twice the SMs per step pays only
 /// while no second wave is needed (H200, results/prefill64_s11.md: 1x8192 scan 27.4 → 23.7 µs; 2x16384 28.2 →
-/// 46.6 µs with two waves).
+/// 46.6 µs with two waves). The working sequences (`cost::scan_work_seqs`): K = `prefill64_scan_seqs`
+/// without a length hint, fewer with one when the other sequences are too short to need the scan (session 21:
+/// prefill_56 of the mix, K = 2 and one long sequence; either kernel is correct for any lengths, the hint only
+/// steers speed).
 pub fn cp_scan_kernel(s: &Shape, sms: u64, seg_chunks: u64) -> Result<&'static Variant, Rejection> {
-    let seqs = prefill64_scan_seqs(s.total_tokens as u64, s.num_seqs as u64, seg_chunks);
+    let seqs = cost::scan_work_seqs(s, seg_chunks);
     let ctas8 = seqs * s.num_v_heads as u64 * registry::prefill64::CP_SCAN8_CTAS as u64;
     let name = if ctas8 <= sms {
         "gdn_prefill64_cp_scan8"

@@ -850,3 +850,48 @@ fn chunk64_needs_its_shared_memory() {
     const { assert!(prefill64::WALK_SMEM <= H100.max_dyn_smem) };
     const { assert!(prefill64::PREP_SMEM <= H100.max_dyn_smem) };
 }
+
+#[test]
+fn scan_kernel_by_the_sequences_that_need_it() {
+    use gdn_cuda::cost::scan_work_seqs;
+    use gdn_cuda::policy::cp_scan_kernel;
+    let hinted = |n, t, longest| Shape {
+        max_seq_len: longest,
+        ..pre(n, t, 8, StateDtype::F32)
+    };
+    // (shape, L) -> sequences of more than 2L chunks the scan is taken to work on, and its kernel: 8-row CTAs
+    // (16 per head) while those fit one wave of 132. Two sequences, the other too short to need the scan at L 7
+    // (886 tokens ≤ 896): one; at L 6 the mix's prefill_68 (1451 + 962 tokens, 962 > 768): both, and 2·8·16 > 132
+    // (session 21: the 8-row scan there ran two waves, scan 7.5 -> 9.8 us)
+    for (s, l, work, name) in [
+        (hinted(2, 3425, 2539), 7, 1, "gdn_prefill64_cp_scan8"),
+        (hinted(2, 2413, 1451), 6, 2, "gdn_prefill64_cp_scan"),
+        (
+            pre(2, 2413, 8, StateDtype::F32),
+            6,
+            2,
+            "gdn_prefill64_cp_scan",
+        ), // no hint: K
+        (
+            pre(1, 8192, 8, StateDtype::F32),
+            16,
+            1,
+            "gdn_prefill64_cp_scan8",
+        ),
+        // K = 6; one long sequence, and the other 2555 tokens could hold one more of > 1280
+        (hinted(44, 8192, 5637), 10, 2, "gdn_prefill64_cp_scan"),
+        (
+            pre(44, 8192, 8, StateDtype::F32),
+            10,
+            6,
+            "gdn_prefill64_cp_scan",
+        ), // no hint: K
+    ] {
+        assert_eq!(scan_work_seqs(&s, l), work, "{s:?} L {l}");
+        assert_eq!(
+            cp_scan_kernel(&s, 132, l).unwrap().name,
+            name,
+            "{s:?} L {l}"
+        );
+    }
+}

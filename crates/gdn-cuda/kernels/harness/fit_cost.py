@@ -52,10 +52,15 @@ def parts(T, N, longest, L, wg, p):
     # the scan: one CTA per (sequence that can have three segments, head, row block): K = min(N, T // (128 L + 1))
     # sequences (registry.rs prefill64_scan_seqs; session 21: was N); none: no launch
     K = min(N, T // (2 * C * L + 1))
-    per_head = 16 if K * HV * 16 <= SMS else 8
+    # the sequences the scan works on (cost.rs scan_work_seqs; policy.rs cp_scan_kernel picks the 8-row scan when
+    # theirs fit one wave)
+    need = 2 * C * L + 1
+    long = long_seqs if longest >= need else 0
+    work = min(long + min((T - long * longest) // need, N - long), K)
+    per_head = 16 if work * HV * 16 <= SMS else 8
     fixed, step = p.get(f"SF{per_head}", SCAN_US[per_head][0]), p.get(f"SS{per_head}", SCAN_US[per_head][1])
     # steps: one per segment after the second, for every wave of the long sequences' CTAs (session 21)
-    work_waves = -(-(long_seqs * HV * per_head) // SMS)
+    work_waves = -(-(long_seqs * HV * per_head) // SMS)  # (cost.rs: the long sequences' waves, not work's)
     scan = fixed + step * max(segs - 2, 0) * work_waves + p.get("SW", SCAN_WAVE_US) * (K * HV * per_head) / SMS \
         if K else 0.0
     pass3 = max(L * W + C3, (chains * (segs - 1) + rest) * seg_walk / SMS)

@@ -43,6 +43,17 @@ def scan_seqs(T, N, L):
     return min(N, T // (2 * C * max(L, 1) + 1))
 
 
+def scan_work_seqs(T, N, longest, L):
+    """cost.rs scan_work_seqs: the sequences the cp scan is taken to work on, given the longest length (policy.rs
+    cp_scan_kernel takes 8-row CTAs when theirs fit one wave)."""
+    even = -(-T // N)
+    longest = min(max(longest, even), max(T, even))
+    long_seqs = max(1, min(N, T // longest))
+    need = 2 * C * max(L, 1) + 1
+    long = long_seqs if longest >= need else 0
+    return min(long + min((T - long * longest) // need, N - long), scan_seqs(T, N, L))
+
+
 def cp_segments_for(N, T, HV, sms=132, automatic=True):
     """policy.rs cp_segments: the largest G (3..64) with pass 3 (chains·(G−1) CTAs) in one wave, pass 1
     (chains·(2G−3)) in two, and (automatic) segments of >= 8 chunks."""
@@ -488,7 +499,7 @@ def mixlong(mod, v5):
                     continue
                 for G in gs:
                     L = cp_L_max(lens, G)
-                    s8 = scan_seqs(sum(lens), len(lens), L) * 8 * 16 <= 132  # the scan policy.rs picks
+                    s8 = scan_work_seqs(sum(lens), len(lens), max(lens), L) * 8 * 16 <= 132  # the scan policy.rs picks
                     prep, wk, parts = times(lambda: mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale,
                                                                out, ns, cp_L=L, wgs=wgs, scan8=s8), 15)
                     row[f"{key}_G{G}"] = {"L": L, "median_us": statistics.median([p_ + w_ for p_, w_ in zip(prep, wk)]),
