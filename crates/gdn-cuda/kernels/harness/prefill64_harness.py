@@ -87,7 +87,10 @@ class Module64:
         # CARVE<n>: the prep kernel's preferred shared-memory carveout, n percent (session 18: does the driver's
         # default give the prep its register-allowed CTAs per SM?)
         carve = next((int(d[5:]) for d in defines if d.startswith("CARVE")), None)
-        defines = tuple(d for d in defines if d not in ("SCAN8", "WGS2") and not d.startswith("CARVE"))
+        # ONE: launch the one-warpgroup walks and passes with 116 KB of dynamic shared memory, so that one CTA fits an
+        # SM (v11 layouts need 110616 bytes: two fit; session 21's A/B of the occupancy)
+        self.one_per_sm = "ONE" in defines
+        defines = tuple(d for d in defines if d not in ("SCAN8", "WGS2", "ONE") and not d.startswith("CARVE"))
         # layout constants from the source (an A/B baseline from git may differ): record bytes, walk smem
         self.ws_chunk = int(re.search(r"WS_CHUNK_BYTES == (\d+)", src).group(1))
         ws = re.search(r"WALK_SMEM == (\d+)", src)
@@ -114,7 +117,8 @@ class Module64:
                 [f"-I{d}".encode() for d in ph.include_dirs()]
             cubin = ph.compile_cubin(src, "prefill64.cu", opts)
             self.modules.append(ph._ok(cu.cuModuleLoadData(cubin), "load"))
-        WS = self.walk_smem
+        self.walk_launch = max(self.walk_smem, 116 * 1024) if self.one_per_sm else self.walk_smem
+        WS = self.walk_launch
         A = cu.CUfunction_attribute
         self.fns, regs = {}, {}
         names = [("gdn_prefill64_prep", self.prep_smem), ("gdn_prefill64_walk_f32", WS),
@@ -177,7 +181,7 @@ class Module64:
             raise RuntimeError(f"prep launch: {err}")
         if cp_L:
             cph, wt, w = 2 // wgs, 128 * wgs, "w" if wgs == 2 else ""
-            wsm = self.walk2_smem if wgs == 2 else self.walk_smem
+            wsm = self.walk2_smem if wgs == 2 else self.walk_launch
             K = scan_seqs(T, N, cp_L) if self.scan_long_seqs else N
             for name, grid, block, sm in ((f"gdn_prefill64_cp_pass1{w}_{st}", (G, HV, 2 * cph), wt, wsm),
                                           ("gdn_prefill64_cp_scan8", (K * HV * 16, 1, 1), 256, self.scan_smem)
@@ -190,7 +194,7 @@ class Module64:
                     raise RuntimeError(f"{name} launch: {err}")
             return
         err, = cu.cuLaunchKernel(self.fns[f"gdn_prefill64_walk_{st}"], N * HV * 2, 1, 1, 128, 1, 1,
-                                 self.walk_smem, stream, ctypes.addressof(argv), 0)
+                                 self.walk_launch, stream, ctypes.addressof(argv), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"walk launch: {err}")
 
