@@ -30,7 +30,9 @@
 //! changed: prefill64 v10), on new sweeps of the same two kinds (…-s20-mixlong.json, …-s20-single.json); the walk and
 //! prep constants refit within 1-3% there and were kept. Session 21 likewise (the scan's grid shrank to the
 //! sequences that can need it, and its steps now count once per wave of the long sequences' CTAs; the sweep
-//! …-s21-mixlong.json). `tests/cost.rs` replays the mix table (session 21's). Times scale with 132 / SMs.
+//! …-s21-mixlong.json), plus `short_cta_us` (CS below): the pass-1 CTAs of sequences too short to be cut, fitted alone
+//! on the same sweep (pass 1 rms log error 0.169 -> 0.144; its many-sequence rows were 15-35% low). `tests/cost.rs`
+//! replays the mix table (session 21's). Times scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
@@ -40,10 +42,10 @@
 //! Context-parallel plan (`prefill64.cu`; see `policy`): G segments of L chunks cut the longest sequence;
 //! `long` = min(N, T / longest) sequences are taken to be that long, the rest short (one segment each). The
 //! walks come in two forms (`WALK_FORMS`): one warpgroup per CTA (a 64-row value half, `cph` = 2 CTAs per
-//! head) or two (a whole head, `cph` = 1), each with its own per-chunk and per-CTA costs (W, S, C, C3):
+//! head) or two (a whole head, `cph` = 1), each with its own per-chunk and per-CTA costs (W, S, C, C3, CS):
 //!   prep  = PREP_FIXED_US + PREP_CHUNK_SM_US · HV·(T/64 + N/2) / SMs
 //!   pass1 = max(L·W + C, [chains·(L·W + C) + 2·chains·(G−2)·(L·S + C)           (G = 1: W = CHUNK64_WALK_CHUNK_US)
-//!                          + (short tokens/64 · W + short seqs · (C + W/2))·HV·cph] / SMs)
+//!                          + (short tokens/64 · W + short seqs · (CS + W/2))·HV·cph] / SMs)
 //!   scan  = fixed + step·(G−2)·ceil(long·HV·cph_scan / SMs) + SCAN_WAVE_US · scan CTAs / SMs   (fixed, step:
 //!           `SCAN_US` of the kernel; scan CTAs = K·HV·cph_scan, K = min(N, T / (128·L + 1)):
 //!           `registry::prefill64_scan_seqs`; K = 0: no launch, 0)
@@ -76,6 +78,9 @@ pub struct WalkForm {
     /// Fixed µs per walk CTA (state in, first loads, state out), and per pass-3 CTA.
     pub walk_cta_us: f64,
     pub pass3_cta_us: f64,
+    /// Fixed µs per pass-1 CTA of a sequence too short to be cut (a whole sequence of ~1 chunk, its state in and
+    /// out): session 21, fitted on the mix's many-sequence rows, where `walk_cta_us` left pass 1 15-35% low.
+    pub short_cta_us: f64,
 }
 
 impl WalkForm {
@@ -93,6 +98,7 @@ pub const WALK_FORMS: [WalkForm; 2] = [
         walk_chunk_us: 1.731,
         summary_chunk_us: 1.049,
         walk_cta_us: 5.377,
+        short_cta_us: 8.012,
         pass3_cta_us: 1.979,
     },
     WalkForm {
@@ -101,6 +107,7 @@ pub const WALK_FORMS: [WalkForm; 2] = [
         summary_chunk_us: 1.836, // held at session 18's fit (see the module note)
         walk_cta_us: 6.368,
         pass3_cta_us: 5.091,
+        short_cta_us: 9.988,
     },
 ];
 /// The chunk64 plan's walk (one segment: the plain one-warpgroup walk, no cp passes): µs per 64-token chunk.
@@ -226,7 +233,9 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
     let seg_walk = lf * w + cta;
     let work1 = ch * seg_walk
         + 2.0 * ch * (gf - 2.0).max(0.0) * (lf * form.summary_chunk_us + cta)
-        + (short_tokens / CHUNK64 * w + short_seqs * (cta + w / 2.0)) * hv * cph as f64;
+        + (short_tokens / CHUNK64 * w + short_seqs * (form.short_cta_us + w / 2.0))
+            * hv
+            * cph as f64;
     let pass1 = seg_walk.max(work1 / smsf);
     let rest_ctas = if segments < 2 {
         0

@@ -19,8 +19,8 @@ import json, math, sys
 import numpy as np
 
 SMS, HV, C = 132, 8, 64
-SCAN_US = {16: (1.154, 1.663), 8: (0.883, 2.62)}  # cost.rs SCAN_US: CTAs per head -> (fixed, per step)
-SCAN_WAVE_US = 0.65
+SCAN_US = {16: (1.976, 1.532), 8: (3.251, 1.942)}  # cost.rs SCAN_US: CTAs per head -> (fixed, per step)
+SCAN_WAVE_US = 0.083
 
 
 def lengths(T, N, longest):
@@ -35,6 +35,7 @@ def parts(T, N, longest, L, wg, p):
     nch = max(1, -(-longest // C))
     segs = -(-nch // L)
     W, S, CT, C3 = p[f"W{wg}"], p[f"S{wg}"], p[f"C{wg}"], p[f"C3_{wg}"]
+    CS = p.get(f"CS{wg}", CT)  # per-CTA cost of a short sequence's pass-1 CTA (cost.rs short_cta_us; session 21)
     if segs < 2:  # the chunk64 plan: the plain walk (cost.rs CHUNK64_WALK_CHUNK_US; session 19)
         W = p["W0"]
     cph = 2 // wg
@@ -44,7 +45,7 @@ def parts(T, N, longest, L, wg, p):
     short_seqs = N - long_seqs
     seg_walk = L * W + CT
     work1 = chains * seg_walk + 2 * chains * max(segs - 2, 0) * (L * S + CT) + \
-        (short_tokens / C * W + short_seqs * (CT + W / 2)) * HV * cph
+        (short_tokens / C * W + short_seqs * (CS + W / 2)) * HV * cph
     pass1 = max(seg_walk, work1 / SMS)
     if segs < 2:
         return prep, pass1, 0.0, 0.0
@@ -186,7 +187,7 @@ def main():
     pts = points(mix, single)
     # start: the session-13 constants
     p = {"PF": 7.0, "PC": 3.3, "W1": 2.6, "S1": 1.2, "C1": 6.2, "C3_1": 2.0, "W2": 3.5, "S2": 1.6, "C2": 8.1,
-         "C3_2": 8.2, "W0": 2.6}
+         "C3_2": 8.2, "W0": 2.6, "CS1": 6.2, "CS2": 8.1}
     p.update({f"SF{h}": f for h, (f, _) in SCAN_US.items()})
     p.update({f"SS{h}": st for h, (_, st) in SCAN_US.items()})
     p["SW"] = SCAN_WAVE_US
@@ -199,9 +200,9 @@ def main():
     cps = [x for x in pts if "pass1" in x[5]]
     for _ in range(2):  # pass 1 and pass 3 share W and C
         fit(plain, p, ["W0"], ["pass1"])
-        fit(cps, p, ["W1", "S1", "C1"], ["pass1"])
+        fit(cps, p, ["W1", "S1", "C1", "CS1"], ["pass1"])
         fit(cps, p, ["C3_1"], ["pass3"])
-        fit(cps, p, ["W2", "S2", "C2"], ["pass1"])
+        fit(cps, p, ["W2", "S2", "C2", "CS2"], ["pass1"])
         fit(cps, p, ["C3_2"], ["pass3"])
     print("fitted:", {k: round(float(v), 3) for k, v in p.items()})
     print("rms log error:", rms())
