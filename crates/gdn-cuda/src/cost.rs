@@ -280,9 +280,9 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
 
 /// Sequences the cp scan is taken to work on with segments of `seg_chunks` (L) chunks, those of more than 2L
 /// chunks: the `long_seqs` as long as the longest (when that is over 2L chunks), and as many more as the other
-/// tokens can hold, at most K = `prefill64_scan_seqs` (the grid's). Without a hint the lengths are equal and this
-/// is K or 0; with one it can be fewer than K (`policy::cp_scan_kernel` then takes the 8-row scan when only
-/// these fit one wave).
+/// tokens can hold, at most K = `prefill64_scan_seqs` (the grid's). Without a hint this comes to about K (the
+/// lengths could be anything); with one it can be fewer (`policy::cp_scan_kernel` then takes the 8-row scan when
+/// only these fit one wave).
 pub fn scan_work_seqs(s: &Shape, seg_chunks: u64) -> u64 {
     let l = Lengths::of(s);
     let need = 2 * CHUNK64 as u64 * seg_chunks.max(1) + 1; // tokens of the shortest sequence that needs the scan

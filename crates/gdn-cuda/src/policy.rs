@@ -29,8 +29,9 @@
 //!   - **cp** (context parallel, `prefill64.cu`): the chunk64 prep, then three launches that cut each
 //!     sequence into segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
 //!     transition and a zero-state summary of each middle segment; scan: the segments' start states, 8 value
-//!     rows per CTA when K·HV·16 CTAs fit one wave (`cp_scan_kernel`; K = the sequences that can have three
-//!     segments, `prefill64_scan_seqs`), else 16; pass 3: segments 1.. for real). The passes' walk CTAs
+//!     rows per CTA when the CTAs of the sequences that can have three segments fit one wave
+//!     (`cp_scan_kernel`, `cost::scan_work_seqs`; the grid covers `prefill64_scan_seqs` of them), else 16;
+//!     pass 3: segments 1.. for real). The passes' walk CTAs
 //!     hold one warpgroup (a 64-row value half: `…_cp_pass{1,3}_*`) or two (a whole head:
 //!     `…_cp_pass{1,3}w_*`, plan kind **cp2**; more rows per SM, half the CTAs, so about twice the segments
 //!     for the same fill). Picked when its best estimate (`cost::cp_candidates`: either walk form, G
