@@ -55,7 +55,7 @@
 //! longest is cut too). G = 1 is the chunk64 plan (prep + one one-warpgroup walk, no scan, no pass 3).
 
 use crate::policy::Shape;
-use crate::registry::{prefill64, prefill64_scan_seqs};
+use crate::registry::{prefill64, prefill64_scan_min_tokens, prefill64_scan_seqs};
 
 /// Fused plan: µs per 16-token chunk of one CTA, by tile width BV (single sequences of 2,443 and 4,380 tokens
 /// and the mix's long workloads). Session 20 checked a refit on the whole mix at every tile width (`fit_cost.py
@@ -285,7 +285,7 @@ pub fn cp_us(s: &Shape, g: u64, form: &WalkForm, sms: u64) -> CpEstimate {
 /// only these fit one wave).
 pub fn scan_work_seqs(s: &Shape, seg_chunks: u64) -> u64 {
     let l = Lengths::of(s);
-    let need = 2 * CHUNK64 as u64 * seg_chunks.max(1) + 1; // tokens of the shortest sequence that needs the scan
+    let need = prefill64_scan_min_tokens(seg_chunks);
     let long = if l.longest >= need { l.long_seqs } else { 0 };
     let rest = (l.tokens.saturating_sub(long * l.longest) / need).min(l.seqs - long);
     (long + rest).min(prefill64_scan_seqs(l.tokens, s.num_seqs as u64, seg_chunks))

@@ -221,11 +221,17 @@ pub fn prefill64_seg_slots(total_tokens: u64, num_seqs: u64, seg_chunks: u64) ->
     prefill64_slots(total_tokens, num_seqs) / seg_chunks.max(1) + num_seqs + 1
 }
 
-/// Sequences that can need the context-parallel scan with segments of `seg_chunks` (L >= 1) chunks: one
-/// needs it when it has three segments or more, i.e. more than 2L chunks (> 128·L tokens), and their lengths
-/// sum to at most T: `min(N, T / (128·L + 1))`. From T, N and L alone (the lengths stay on the device).
+/// Tokens of the shortest sequence that needs the context-parallel scan with segments of `seg_chunks` (L >= 1)
+/// chunks: one with three segments or more has more than 2L chunks, i.e. at least 128·L + 1 tokens.
+pub fn prefill64_scan_min_tokens(seg_chunks: u64) -> u64 {
+    2 * prefill64::CHUNK * seg_chunks.max(1) + 1
+}
+
+/// Sequences that can need the context-parallel scan with segments of `seg_chunks` chunks: their lengths sum
+/// to at most T, so `min(N, T / prefill64_scan_min_tokens(L))`. From T, N and L alone (the lengths stay on the
+/// device).
 pub fn prefill64_scan_seqs(total_tokens: u64, num_seqs: u64, seg_chunks: u64) -> u64 {
-    num_seqs.min(total_tokens / (2 * prefill64::CHUNK * seg_chunks.max(1) + 1))
+    num_seqs.min(total_tokens / prefill64_scan_min_tokens(seg_chunks))
 }
 
 /// Workspace bytes of the context-parallel plan: the chunk records plus three f32 states per

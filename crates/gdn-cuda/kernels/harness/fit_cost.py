@@ -52,10 +52,10 @@ def parts(T, N, longest, L, wg, p):
     rest = (-(-short_tokens // C)) // L * HV * cph
     # the scan: one CTA per (sequence that can have three segments, head, row block): K = min(N, T // (128 L + 1))
     # sequences (registry.rs prefill64_scan_seqs; session 21: was N); none: no launch
-    K = min(N, T // (2 * C * L + 1))
+    need = 2 * C * L + 1  # tokens of the shortest sequence that needs the scan (registry.rs prefill64_scan_min_tokens)
+    K = min(N, T // need)
     # the sequences the scan works on (cost.rs scan_work_seqs; policy.rs cp_scan_kernel picks the 8-row scan when
     # theirs fit one wave)
-    need = 2 * C * L + 1
     long = long_seqs if longest >= need else 0
     work = min(long + min((T - long * longest) // need, N - long), K)
     per_head = 16 if work * HV * 16 <= SMS else 8
