@@ -28,6 +28,11 @@
 // -> 105.1. v11 (session 21, results/prefill_s21.md): the scan's grid covers only the sequences that can need it
 // (scan_find_seq); the prep forms its record addresses from per-thread bases and zeroes T's upper blocks by a closed
 // form (3384 -> 2920 SASS instructions): prep 146 -> 136.5 us at 1x65536, 26.1 -> 25.6 at 1x8192.
+// v12 (session 22, results/prefill_s22.md): the prep and the cp passes find their sequence by a 128-point warp search
+// (warp_last_true: one dependent load for up to 128 sequences, no 64-bit division; bisection took log2 N of each), and
+// the values the walks derive their addresses from pass through redux.sync (uni64), so that they stay on the uniform
+// datapath. A cp pass on many short sequences launches thousands of CTAs that only search and exit: H200, same
+// process, 40x205 cp (L 2) 177.3 -> 141.9 us, cp2 137.1 -> 116.6; 57x144 cp 212.8 -> 163.1; single sequences even.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -279,6 +284,48 @@ static_assert(PREP_SMEM == 36384, "prep smem (mirrored by the Rust runtime)");
 // First workspace slot of sequence i.
 __device__ __forceinline__ i64 seq_slot(const i64* cu, i64 i) { return cu[i] / C + i; }
 
+// A warp-uniform 64-bit value through redux.sync, whose result lands in a uniform register: ptxas then knows it is
+// uniform. (A value it cannot prove uniform — a ballot's count, a 64-bit division done on the vector path — would take
+// everything derived from it off the uniform datapath: in the cp walks, the wgmma descriptors and the bulk-copy
+// addresses of the chunk loop, each wgmma then waiting on an R2UR; +10% per chunk.)
+__device__ __forceinline__ i64 uni64(i64 v) {
+    const u32 hi = __reduce_max_sync(0xffffffffu, (u32)((u64)v >> 32)), lo = __reduce_max_sync(0xffffffffu, (u32)v);
+    return (i64)(((u64)hi << 32) | lo);
+}
+
+// The largest i in [0, n) with le(i) true, for a predicate that holds on a prefix of [0, n) including 0 (le(i): "key(i)
+// <= x" for an increasing key); whole warps call it, and the result is uniform. v12 (session 22): each round the warp
+// tests 128 evenly spaced points of the remaining range at once (4 independent loads per lane, 4 ballots), so n <= 128
+// takes one dependent load where bisection took log2 n, each a load from L2 and, in find_segment, a 64-bit division
+// (the predicates here divide by nothing). It matters where most CTAs only search and exit: a cp pass on many short
+// sequences launches (T/64 + N + 1)/L + N + 1 segment slots times HV times 2-4 roles, one CTA per SM at a time.
+template <class Le>
+__device__ __forceinline__ i64 warp_last_true(i64 n, Le le) {
+    constexpr int E = 4, PTS = 32 * E;  // points per lane, per round
+    const int lane = threadIdx.x & 31;
+    i64 lo = 0;  // the answer lies in [lo, lo + n)
+    while (n > 1) {
+        const i64 step = (n + PTS - 1) / PTS;
+        // the points 1.. where le holds are a prefix; point 0 is lo itself. le is evaluated at every point (those out
+        // of the range at lo, which is valid) so that the four loads issue together, not one branch after another
+        bool in[E], t[E];
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const int k = E * lane + e;
+            const i64 y = lo + (i64)k * step;
+            in[e] = k > 0 && y < lo + n;
+            t[e] = le(in[e] ? y : lo);
+        }
+        int c = 0;
+#pragma unroll
+        for (int e = 0; e < E; ++e) c += __popc(__ballot_sync(0xffffffffu, in[e] && t[e]));
+        const i64 nlo = lo + (i64)c * step;
+        n = min(step, lo + n - nlo);
+        lo = nlo;
+    }
+    return uni64(lo);
+}
+
 // ================================================================== prep: one (chunk, value head) per CTA
 __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -290,13 +337,17 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     const int h = (int)(blockIdx.x % (unsigned)HV);
     const i64 slot = blockIdx.x / (unsigned)HV;
     if (N <= 0) return;
-    // Largest i with f(i) <= slot (f strictly increasing, f(0) = 0).
+    // the sequence: the largest i with f(i) <= slot (f strictly increasing, f(0) = 0)
+#if GDN_PREP_BISECT
     i64 lo = 0, hi = N - 1;
     while (lo < hi) {
         const i64 mid = (lo + hi + 1) >> 1;
         if (seq_slot(p.cu_seqlens, mid) <= slot) lo = mid; else hi = mid - 1;
     }
     const i64 seq = lo;
+#else
+    const i64 seq = warp_last_true(N, [&](i64 i) { return seq_slot(p.cu_seqlens, i) <= slot; });
+#endif
     const i64 start = p.cu_seqlens[seq] + (slot - seq_slot(p.cu_seqlens, seq)) * C;
     const i64 eos = p.cu_seqlens[seq + 1];
     if (start >= eos) return;  // a slot that holds no chunk
@@ -1012,20 +1063,24 @@ struct SegPos {
     i64 seq, bos, eos, first;  // sequence, its tokens, its first segment slot
     int s, nseg, nch;          // this segment, segments and chunks of the sequence
 };
-// The (sequence, segment) of segment slot `slot`; false for a slot that holds no segment.
+// The (sequence, segment) of segment slot `slot`; false for a slot that holds no segment. Whole warps call it (the
+// result is uniform).
 __device__ __forceinline__ bool find_segment(const Prefill64Params& p, i64 slot, SegPos& sp) {
     const i64 N = p.num_seqs;
     const int L = p.seg_chunks;
     if (N <= 0 || L <= 0) return false;
-    i64 lo = 0, hi = N - 1;  // largest i with g(i) <= slot (g strictly increasing, g(0) = 0)
-    while (lo < hi) {
-        const i64 mid = (lo + hi + 1) >> 1;
-        if (seg_first(p.cu_seqlens, mid, L) <= slot) lo = mid; else hi = mid - 1;
-    }
+    // the largest i with g(i) = f(i) / L + i <= slot (g strictly increasing, g(0) = 0); with f(i) >= 0 and
+    // m = slot − i, f(i) / L <= m  <=>  m >= 0 and f(i) < (m + 1)·L: no division
+    const i64 lo = warp_last_true(N, [&](i64 i) {
+        return (i <= slot) & (seq_slot(p.cu_seqlens, i) < (slot - i + 1) * L);
+    });
+    // (uni64: the division and the loads below may be compiled on the vector path; the walk's addresses derive from
+    // them)
     sp.seq = lo;
-    sp.first = seg_first(p.cu_seqlens, lo, L);
-    sp.bos = p.cu_seqlens[lo];
-    sp.eos = p.cu_seqlens[lo + 1];
+    const i64 f = seq_slot(p.cu_seqlens, lo);
+    sp.first = uni64((f >> 32 ? f / L : (i64)((u32)f / (u32)L)) + lo);  // (a 32-bit division where it fits)
+    sp.bos = uni64(p.cu_seqlens[lo]);
+    sp.eos = uni64(p.cu_seqlens[lo + 1]);
     const i64 len = sp.eos > sp.bos ? sp.eos - sp.bos : 0;
     sp.nch = (int)((len + C - 1) / C);
     sp.nseg = sp.nch > L ? (sp.nch + L - 1) / L : 1;

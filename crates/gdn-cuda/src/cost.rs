@@ -31,8 +31,10 @@
 //! prep constants refit within 1-3% there and were kept. Session 21 likewise (the scan's grid shrank to the
 //! sequences that can need it, and its steps now count once per wave of the long sequences' CTAs; the sweep
 //! …-s21-mixlong.json), plus `short_cta_us` (CS below): the pass-1 CTAs of sequences too short to be cut, fitted alone
-//! on the same sweep (pass 1 rms log error 0.169 -> 0.144; its many-sequence rows were 15-35% low). `tests/cost.rs`
-//! replays the mix table (session 21's). Times scale with 132 / SMs.
+//! on the same sweep (pass 1 rms log error 0.169 -> 0.144; its many-sequence rows were 15-35% low). Session 22 refitted
+//! only CS (8.0 -> 5.1, 10.0 -> 6.2 µs) on a new sweep of the v12 kernels, whose cp passes find their segment in one
+//! load (…-s22-mixlong.json; pass 1 rms log error 0.203 at the session-21 constants -> 0.182). `tests/cost.rs` replays
+//! the mix table (session 22's). Times scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
@@ -79,7 +81,9 @@ pub struct WalkForm {
     pub walk_cta_us: f64,
     pub pass3_cta_us: f64,
     /// Fixed µs per pass-1 CTA of a sequence too short to be cut (a whole sequence of ~1 chunk, its state in and
-    /// out): session 21, fitted on the mix's many-sequence rows, where `walk_cta_us` left pass 1 15-35% low.
+    /// out): session 21, fitted on the mix's many-sequence rows, where `walk_cta_us` left pass 1 15-35% low (8.0 and
+    /// 10.0 µs); session 22 refitted it alone on …-s22-mixlong.json (5.1 and 6.2), once the cp passes' CTAs found their
+    /// segment in one load rather than by bisection (prefill64 v12).
     pub short_cta_us: f64,
 }
 
@@ -98,7 +102,7 @@ pub const WALK_FORMS: [WalkForm; 2] = [
         walk_chunk_us: 1.731,
         summary_chunk_us: 1.049,
         walk_cta_us: 5.377,
-        short_cta_us: 8.012,
+        short_cta_us: 5.129,
         pass3_cta_us: 1.979,
     },
     WalkForm {
@@ -107,7 +111,7 @@ pub const WALK_FORMS: [WalkForm; 2] = [
         summary_chunk_us: 1.836, // held at session 18's fit (see the module note)
         walk_cta_us: 6.368,
         pass3_cta_us: 5.091,
-        short_cta_us: 9.988,
+        short_cta_us: 6.184,
     },
 ];
 /// The chunk64 plan's walk (one segment: the plain one-warpgroup walk, no cp passes): µs per 64-token chunk.

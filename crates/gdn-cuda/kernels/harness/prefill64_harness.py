@@ -414,14 +414,15 @@ def cpab():
     gs = [int(x) for x in os.environ.get("CP_GS", "9").split(",")]
     cfgs = {"1x8192": [8192], "1x16384": [16384], "1x65536": [65536], "2x16384": [16384] * 2, "1x4096": [4096],
             "64x1024": [1024] * 64, "4x2048": [2048] * 4, "1x2048": [2048], "1x1024": [1024], "1x1536": [1536],
-            "2x8192": [8192] * 2}
+            "2x8192": [8192] * 2, "40x205": [205] * 40, "57x144": [144] * 57, "12x683": [683] * 12}
     for cname in os.environ.get("CONFIGS", "1x8192,1x65536").split(","):
         lens = cfgs[cname]
         inp = ph.bench_inputs(lens)
         T, N = sum(lens), len(lens)
         q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
         iters = 15 if T > 30000 else 25
-        plans = [0] + [cp_L_max(lens, G) for G in gs] if N <= 4 else [0]
+        # (CP_ALLN=1: the cp plans for many sequences too)
+        plans = [0] + [cp_L_max(lens, G) for G in gs] if N <= 4 or os.environ.get("CP_ALLN") else [0]
         for L in plans:
             ref = None
             for tag, mod in mods:
@@ -609,14 +610,15 @@ def main():
         log("COMPILE ERROR", RES["errors"][-1])
         save()
         return
-    if "prof" in ARGS:  # three launches of 1x1024 for ncu
+    if "prof" in ARGS:  # three launches of 1x1024 for ncu (PROF_CFG=NxLEN, PROF_L: the cp plan's segment chunks)
         n, l = (int(x) for x in os.environ.get("PROF_CFG", "1x1024").split("x"))
+        cp_L = int(os.environ.get("PROF_L", "0"))
         inp = ph.bench_inputs([l] * n)
         q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
         out = torch.empty(n * l, 8, 128, dtype=torch.bfloat16, device=dev)
         ns = torch.empty(n, 8, 128, 128, dtype=torch.float32, device=dev)
         for _ in range(3):
-            mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns)
+            mod.launch("f32", q, k, v, state, A_log, a, dt_bias, b, cu_, scale, out, ns, cp_L=cp_L)
         torch.cuda.synchronize()
         log("prof launches done")
         return
