@@ -33,6 +33,9 @@
 // the values the walks derive their addresses from pass through redux.sync (uni64), so that they stay on the uniform
 // datapath. A cp pass on many short sequences launches thousands of CTAs that only search and exit: H200, same
 // process, 40x205 cp (L 2) 177.3 -> 141.9 us, cp2 137.1 -> 116.6; 57x144 cp 212.8 -> 163.1; single sequences even.
+// v13 (session 22): the chunk64 walk runs the sequences longest first (the prep ranks them: walk_order). H200, same
+// process, contest-mix chunk64 workloads: prefill_70 100.7 -> 80.8 us, prefill_91 100.8 -> 77.4, prefill_06 101.5 ->
+// 83.3, prefill_97 88.6 -> 75.1, prefill_00 93.3 -> 82.0; equal lengths within 1.5% (40x205 81.2 -> 82.4).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -50,9 +53,11 @@
 //    3xTF32), written to a workspace record. Fully parallel: uses the whole GPU however few the sequences are.
 //    Chunk j of sequence i lives in workspace slot f(i) + j with f(i) = cu_seqlens[i] / 64 + i, which is strictly
 //    increasing in i and leaves room for every chunk; num_slots = T / 64 + N + 1. A CTA finds its (i, j) by a
-//    binary search over cu_seqlens; slots that hold no chunk (at most N + 1 per head) exit at once.
+//    search over cu_seqlens (v12: warp_last_true); slots that hold no chunk (at most N + 1 per head) exit at once.
+//    For the chunk64 plan (v13) the head-0 CTA of each sequence's first slot also ranks the sequence by length and
+//    writes the walk's order after the records (walk_order).
 // 2. gdn_prefill64_walk_{f32,bf16} — grid N·HV·2, block 128 (one warpgroup). One CTA per (sequence, value head,
-//    64-row value half): the sequential chain, on wgmma (see "wgmma walk" below for the per-chunk batches and the
+//    64-row value half), sequences longest first (v13): the sequential chain, on wgmma (see "wgmma walk" below for the per-chunk batches and the
 //    shared-memory layouts). Double-buffered: the record by one bulk copy on an mbarrier, K/Q/V by cp.async.
 //    History: a first walker split a 16-row value tile over 4 warps by k on mma.sync (~450 mma per warp per chunk,
 //    2.5 us per chunk for 16 value rows); this one holds 64 value rows per SM at ~2.4 us per chunk: 4x the work
@@ -84,7 +89,8 @@ struct Prefill64Params {
     const void* state;             //  64: [N, HV, 128, 128] f32 (walk_f32) or bf16 (walk_bf16); NULL = zeros
     void* new_state;               //  72: same shape / dtype; every row written (zeros for empty sequences)
     __nv_bfloat16* out;            //  80: [T, HV, 128] bf16
-    void* workspace;               //  88: num_slots · HV · WS_CHUNK_BYTES bytes, 256-byte aligned
+    void* workspace;               //  88: num_slots · HV · WS_CHUNK_BYTES bytes of records, then the walk's order
+                                   //      (chunk64) or the cp states; 256-byte aligned (registry.rs)
     i64 num_seqs;                  //  96: N
     i64 total_tokens;              // 104: T
     float scale;                   // 112: resolved, never 0
@@ -326,6 +332,37 @@ __device__ __forceinline__ i64 warp_last_true(i64 n, Le le) {
     return uni64(lo);
 }
 
+// ---- v13 (session 22): the chunk64 walk runs the sequences longest first. Its grid is N·HV·2 CTAs, one per SM at a
+// time, in blockIdx order; in sequence order a long sequence that comes late starts its chain after most of the short
+// ones have run (contest-like mix: the longest is at index 19-38 of 38-46 sequences in five of its chunk64 workloads,
+// whose walks measured 12-25 us over their chain and work bounds). The prep writes the order (a permutation of the
+// sequences, i64 [N], after the records) when the call is the chunk64 plan (seg_chunks == 0) and 2 <= N <=
+// WALK_ORDER_MAX_N: ranking costs O(N) loads per sequence; wider calls keep sequence order.
+constexpr i64 WALK_ORDER_MAX_N = 1024;
+__device__ __forceinline__ bool chunk64_ordered(const Prefill64Params& p) {
+    return p.seg_chunks == 0 && p.num_seqs >= 2 && p.num_seqs <= WALK_ORDER_MAX_N;
+}
+__device__ __forceinline__ i64* walk_order(const Prefill64Params& p) {
+    return reinterpret_cast<i64*>(reinterpret_cast<unsigned char*>(p.workspace) +
+                                  (p.total_tokens / C + p.num_seqs + 1) * (i64)p.num_v_heads * WS_CHUNK_BYTES);
+}
+// Rank of sequence i among all: the sequences longer than it, or as long and before it (a strict total order, so the
+// ranks are a permutation). All 128 threads of the CTA call it; wcount: 4 ints of shared memory (the prep's, no static
+// array: that would cost the prep its sixth CTA per SM).
+__device__ __forceinline__ void write_walk_order(const Prefill64Params& p, i64 i, int* wcount) {
+    const i64* cu = p.cu_seqlens;
+    const i64 li = cu[i + 1] - cu[i];
+    int c = 0;
+    for (i64 j = threadIdx.x; j < p.num_seqs; j += 128) {
+        const i64 lj = cu[j + 1] - cu[j];
+        c += lj > li || (lj == li && j < i);
+    }
+    c = __reduce_add_sync(0xffffffffu, c);
+    if ((threadIdx.x & 31) == 0) wcount[threadIdx.x >> 5] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) walk_order(p)[wcount[0] + wcount[1] + wcount[2] + wcount[3]] = i;
+}
+
 // ================================================================== prep: one (chunk, value head) per CTA
 __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -338,18 +375,13 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p) {
     const i64 slot = blockIdx.x / (unsigned)HV;
     if (N <= 0) return;
     // the sequence: the largest i with f(i) <= slot (f strictly increasing, f(0) = 0)
-#if GDN_PREP_BISECT
-    i64 lo = 0, hi = N - 1;
-    while (lo < hi) {
-        const i64 mid = (lo + hi + 1) >> 1;
-        if (seq_slot(p.cu_seqlens, mid) <= slot) lo = mid; else hi = mid - 1;
-    }
-    const i64 seq = lo;
-#else
     const i64 seq = warp_last_true(N, [&](i64 i) { return seq_slot(p.cu_seqlens, i) <= slot; });
-#endif
     const i64 start = p.cu_seqlens[seq] + (slot - seq_slot(p.cu_seqlens, seq)) * C;
     const i64 eos = p.cu_seqlens[seq + 1];
+    // v13: the chunk64 walk's order, longest sequence first. The CTA of sequence seq's first slot and head 0 (an
+    // empty sequence has one too: it returns just below) ranks it and writes order[rank] = seq.
+    if (chunk64_ordered(p) && h == 0 && start == p.cu_seqlens[seq])
+        write_walk_order(p, seq, reinterpret_cast<int*>(smem + PR_OFF));  // (the maxima's words, free until the end)
     if (start >= eos) return;  // a slot that holds no chunk
     const int nvalid = eos - start < C ? (int)(eos - start) : C;
     const int hq = h / (HV / H);
@@ -1006,7 +1038,8 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
     WalkJob j;
     j.vh = blockIdx.x & 1;
     j.h = (blockIdx.x >> 1) % HV;
-    j.seq = (i64)(blockIdx.x >> 1) / HV;
+    const i64 r = (i64)(blockIdx.x >> 1) / HV;  // v13: the r-th longest sequence (prep's order), else sequence r
+    j.seq = chunk64_ordered(p) ? uni64(walk_order(p)[r]) : r;
     j.bos = p.cu_seqlens[j.seq];
     j.eos = p.cu_seqlens[j.seq + 1];
     const i64 len = j.eos > j.bos ? j.eos - j.bos : 0;

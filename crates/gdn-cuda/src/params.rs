@@ -159,7 +159,8 @@ pub struct Prefill64Params {
     pub new_state: u64,
     /// bf16 [T, HV, 128]
     pub out: u64,
-    /// device scratch of at least `registry::prefill64_workspace_bytes(T, N, HV)` bytes, 256-byte aligned
+    /// device scratch of at least the plan's bytes (`registry::prefill64_workspace_bytes` for chunk64,
+    /// `prefill64_cp_workspace_bytes` for cp), 256-byte aligned
     pub workspace: u64,
     /// N
     pub num_seqs: i64,

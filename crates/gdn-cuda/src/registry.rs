@@ -211,7 +211,9 @@ pub mod prefill64 {
 
 /// Chunk slots of the prefill64 plan for T tokens in N sequences: `T / 64 + N + 1` (64-bit).
 pub fn prefill64_slots(total_tokens: u64, num_seqs: u64) -> u64 {
-    total_tokens / prefill64::CHUNK + num_seqs + 1
+    (total_tokens / prefill64::CHUNK)
+        .saturating_add(num_seqs)
+        .saturating_add(1)
 }
 
 /// Segment slots of the context-parallel plan with segments of `seg_chunks` (L >= 1) chunks:
@@ -245,19 +247,26 @@ pub fn prefill64_cp_workspace_bytes(
     prefill64_seg_slots(total_tokens, num_seqs, seg_chunks)
         .saturating_mul(num_v_heads)
         .saturating_mul(3 * prefill64::CP_STATE_BYTES)
-        .saturating_add(prefill64_workspace_bytes(
-            total_tokens,
-            num_seqs,
-            num_v_heads,
-        ))
+        .saturating_add(prefill64_record_bytes(total_tokens, num_seqs, num_v_heads))
 }
 
-/// Workspace bytes of the prefill64 plan: `slots · HV · WS_CHUNK_BYTES` (64-bit; saturates instead of
-/// wrapping, so an absurd shape is rejected by the workspace cap rather than under-allocated).
-pub fn prefill64_workspace_bytes(total_tokens: u64, num_seqs: u64, num_v_heads: u64) -> u64 {
+/// Bytes of the prep's chunk records, at the start of every prefill64 workspace: `slots · HV · WS_CHUNK_BYTES`
+/// (64-bit; saturates instead of wrapping, so an absurd shape is rejected by the workspace cap rather than
+/// under-allocated).
+pub fn prefill64_record_bytes(total_tokens: u64, num_seqs: u64, num_v_heads: u64) -> u64 {
     prefill64_slots(total_tokens, num_seqs)
         .saturating_mul(num_v_heads)
         .saturating_mul(prefill64::WS_CHUNK_BYTES)
+}
+
+/// Workspace bytes of the chunk64 plan: the records, then the walk's order (`walk_order` in prefill64.cu: the
+/// sequences longest first, i64 [N], written by the prep; v13), rounded up to the workspace alignment.
+pub fn prefill64_workspace_bytes(total_tokens: u64, num_seqs: u64, num_v_heads: u64) -> u64 {
+    let order = num_seqs
+        .saturating_mul(8)
+        .div_ceil(prefill64::WORKSPACE_ALIGN)
+        .saturating_mul(prefill64::WORKSPACE_ALIGN);
+    prefill64_record_bytes(total_tokens, num_seqs, num_v_heads).saturating_add(order)
 }
 
 /// Module-wide constants (not tied to one kernel) that the table states as C++ expressions:
@@ -825,11 +834,21 @@ mod tests {
         let t = 4 << 20;
         assert_eq!(prefill64_slots(t, 4096), 65_536 + 4096 + 1);
         assert_eq!(
-            prefill64_workspace_bytes(t, 4096, 64),
+            prefill64_record_bytes(t, 4096, 64),
             69_633 * 64 * prefill64::WS_CHUNK_BYTES
+        );
+        // the chunk64 plan adds the walk's order: 8 bytes per sequence, rounded up to 256
+        assert_eq!(
+            prefill64_workspace_bytes(t, 4096, 64),
+            69_633 * 64 * prefill64::WS_CHUNK_BYTES + 4096 * 8
+        );
+        assert_eq!(
+            prefill64_workspace_bytes(64, 3, 8) - prefill64_record_bytes(64, 3, 8),
+            256
         );
         assert!(prefill64_workspace_bytes(t, 4096, 64) > u32::MAX as u64);
         assert_eq!(prefill64_workspace_bytes(u64::MAX, 1, 8), u64::MAX);
+        assert_eq!(prefill64_workspace_bytes(64, u64::MAX, 8), u64::MAX);
     }
 
     #[test]
@@ -873,7 +892,7 @@ mod tests {
         }
         assert_eq!(
             prefill64_cp_workspace_bytes(65_536, 1, 8, 128),
-            prefill64_workspace_bytes(65_536, 1, 8) + (1026 / 128 + 2) * 8 * 3 * 65_536
+            prefill64_record_bytes(65_536, 1, 8) + (1026 / 128 + 2) * 8 * 3 * 65_536
         );
     }
 }

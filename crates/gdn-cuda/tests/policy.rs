@@ -391,12 +391,13 @@ fn automatic_prefill_is_fused_for_even_value_heads() {
 fn chunk64_workspace_cap_and_formula() {
     use StateDtype::F32;
     let per_slot = 8 * prefill64::WS_CHUNK_BYTES; // HV = 8
-    let max_slots = CHUNK64_WORKSPACE_CAP / per_slot;
+    let order = prefill64::WORKSPACE_ALIGN; // the walk's order: one sequence's 8 bytes, rounded up to 256
+    let max_slots = (CHUNK64_WORKSPACE_CAP - order) / per_slot;
     // slots = T/64 + N + 1 with N = 1: the largest T whose workspace fits
     let t_max = ((max_slots - 2) * 64 + 63) as usize;
     let p = plan64(&pre(1, t_max, 8, F32)).unwrap();
     assert_eq!(p.kind(), PlanKind::Chunk64);
-    assert_eq!(p.workspace_bytes(), max_slots * per_slot);
+    assert_eq!(p.workspace_bytes(), max_slots * per_slot + order);
     assert!(p.workspace_bytes() <= CHUNK64_WORKSPACE_CAP);
     let p = plan(&pre(1, t_max + 1, 8, F32));
     assert_eq!(p.kind(), PlanKind::Fused, "{}", p.why());
@@ -411,7 +412,7 @@ fn chunk64_workspace_cap_and_formula() {
     assert_eq!(
         e,
         Rejection::Workspace {
-            need: (max_slots + 1) * per_slot,
+            need: (max_slots + 1) * per_slot + order,
             max: CHUNK64_WORKSPACE_CAP
         }
     );
@@ -420,7 +421,7 @@ fn chunk64_workspace_cap_and_formula() {
     let big = pre(4096, 4 << 20, 64, F32);
     assert_eq!(
         registry::prefill64_workspace_bytes(4 << 20, 4096, 64),
-        (65_536 + 4096 + 1) * 64 * prefill64::WS_CHUNK_BYTES
+        (65_536 + 4096 + 1) * 64 * prefill64::WS_CHUNK_BYTES + 4096 * 8
     );
     assert_eq!(kind(&big), PlanKind::Fused);
     assert!(matches!(
@@ -456,7 +457,7 @@ fn chunk64_grids_and_launches() {
     assert_eq!((walk.block, walk.dyn_smem), (128, prefill64::WALK_SMEM));
     assert_eq!(
         *workspace_bytes,
-        slots as u64 * hv as u64 * prefill64::WS_CHUNK_BYTES
+        slots as u64 * hv as u64 * prefill64::WS_CHUNK_BYTES + (n as u64 * 8).div_ceil(256) * 256
     );
     let names: Vec<_> = p.launches().iter().map(|c| c.variant.name).collect();
     assert_eq!(names, ["gdn_prefill64_prep", "gdn_prefill64_walk_bf16"]);

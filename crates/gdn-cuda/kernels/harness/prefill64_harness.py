@@ -159,7 +159,8 @@ class Module64:
         slots = T // C + N + 1
         need = slots * HV * self.ws_chunk
         G = cp_seg_slots(T, N, cp_L) if cp_L else 0
-        need += 3 * G * HV * 65536
+        # after the records: cp's states, or (chunk64, v13) the walk's order, i64 [N] rounded up to 256 bytes
+        need += 3 * G * HV * 65536 if cp_L else -(-N * 8 // 256) * 256
         if self.ws is None or self.ws.numel() < need:
             self.ws = torch.empty(need, dtype=torch.uint8, device=dev)
         if ws_poison:
@@ -415,8 +416,9 @@ def cpab():
     cfgs = {"1x8192": [8192], "1x16384": [16384], "1x65536": [65536], "2x16384": [16384] * 2, "1x4096": [4096],
             "64x1024": [1024] * 64, "4x2048": [2048] * 4, "1x2048": [2048], "1x1024": [1024], "1x1536": [1536],
             "2x8192": [8192] * 2, "40x205": [205] * 40, "57x144": [144] * 57, "12x683": [683] * 12}
+    mixl = json.load(open(os.path.join(HERE, "contest_mix.json")))
     for cname in os.environ.get("CONFIGS", "1x8192,1x65536").split(","):
-        lens = cfgs[cname]
+        lens = mixl[cname] if cname.startswith("prefill_") else cfgs[cname]  # (a contest-mix workload by name)
         inp = ph.bench_inputs(lens)
         T, N = sum(lens), len(lens)
         q, k, v, state, A_log, a, dt_bias, b, cu_, scale = inp
