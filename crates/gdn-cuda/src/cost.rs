@@ -33,8 +33,9 @@
 //! …-s21-mixlong.json), plus `short_cta_us` (CS below): the pass-1 CTAs of sequences too short to be cut, fitted alone
 //! on the same sweep (pass 1 rms log error 0.169 -> 0.144; its many-sequence rows were 15-35% low). Session 22 refitted
 //! only CS (8.0 -> 5.1, 10.0 -> 6.2 µs) on a new sweep of the v12 kernels, whose cp passes find their segment in one
-//! load (…-s22-mixlong.json; pass 1 rms log error 0.203 at the session-21 constants -> 0.182). `tests/cost.rs` replays
-//! the mix table (session 22's). Times scale with 132 / SMs.
+//! load (…-s22-mixlong.json; pass 1 rms log error 0.203 at the session-21 constants -> 0.182), and then
+//! `CHUNK64_WALK_CHUNK_US` on a sweep of the v13 kernels (the chunk64 walk longest first; …-s22-v13-mixlong.json).
+//! `tests/cost.rs` replays that last table. Times scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
 //! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
@@ -116,8 +117,10 @@ pub const WALK_FORMS: [WalkForm; 2] = [
 ];
 /// The chunk64 plan's walk (one segment: the plain one-warpgroup walk, no cp passes): µs per 64-token chunk.
 /// Session 19's fit: 1.45 where the cp passes' walks take 1.73 (a plain walk shares the GPU with fewer CTAs:
-/// single sequences measure 1.42).
-pub const CHUNK64_WALK_CHUNK_US: f64 = 1.447;
+/// single sequences measure 1.42). Session 22 refitted it alone (1.447 -> 1.382; chunk64 totals rms log error
+/// 0.040 -> 0.027) on …-s22-v13-mixlong.json: the walk now runs the sequences longest first (prefill64 v13), and
+/// many-sequence walks come closer to max(chain, work), which is all the model has.
+pub const CHUNK64_WALK_CHUNK_US: f64 = 1.382;
 /// Prep: fixed µs, and SM·µs per (64-token chunk, value head). (Prep and scan: the fit's values unrounded;
 /// session 18 found 2x16384's segment count a knife-edge of their second place.)
 /// Session 21 (prefill64 v11 prep, 13% fewer instructions; …-s21-mixlong.json + …-s21-single.json): 6.14 -> 5.894,
