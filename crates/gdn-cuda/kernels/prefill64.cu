@@ -57,8 +57,8 @@
 //    For the chunk64 plan (v13) the head-0 CTA of each sequence's first slot also ranks the sequence by length and
 //    writes the walk's order after the records (walk_order).
 // 2. gdn_prefill64_walk_{f32,bf16} — grid N·HV·2, block 128 (one warpgroup). One CTA per (sequence, value head,
-//    64-row value half), sequences longest first (v13): the sequential chain, on wgmma (see "wgmma walk" below for the per-chunk batches and the
-//    shared-memory layouts). Double-buffered: the record by one bulk copy on an mbarrier, K/Q/V by cp.async.
+//    64-row value half), sequences longest first (v13): the sequential chain, on wgmma (see "wgmma walk" below for
+//    the per-chunk batches and the shared-memory layouts). Double-buffered: the record by one bulk copy on an mbarrier, K/Q/V by cp.async.
 //    History: a first walker split a 16-row value tile over 4 warps by k on mma.sync (~450 mma per warp per chunk,
 //    2.5 us per chunk for 16 value rows); this one holds 64 value rows per SM at ~2.4 us per chunk: 4x the work
 //    per SM, 2.6x faster on many sequences (results/prefill64.md).
@@ -342,9 +342,13 @@ constexpr i64 WALK_ORDER_MAX_N = 1024;
 __device__ __forceinline__ bool chunk64_ordered(const Prefill64Params& p) {
     return p.seg_chunks == 0 && p.num_seqs >= 2 && p.num_seqs <= WALK_ORDER_MAX_N;
 }
+// Bytes of the prep's records at the start of the workspace (registry.rs prefill64_record_bytes); the walk's order
+// (chunk64) or the cp states follow them.
+__device__ __forceinline__ i64 record_bytes(const Prefill64Params& p) {
+    return (p.total_tokens / C + p.num_seqs + 1) * (i64)p.num_v_heads * WS_CHUNK_BYTES;
+}
 __device__ __forceinline__ i64* walk_order(const Prefill64Params& p) {
-    return reinterpret_cast<i64*>(reinterpret_cast<unsigned char*>(p.workspace) +
-                                  (p.total_tokens / C + p.num_seqs + 1) * (i64)p.num_v_heads * WS_CHUNK_BYTES);
+    return reinterpret_cast<i64*>(reinterpret_cast<unsigned char*>(p.workspace) + record_bytes(p));
 }
 // Rank of sequence i among all: the sequences longer than it, or as long and before it (a strict total order, so the
 // ranks are a permutation). All 128 threads of the CTA call it; wcount: 4 ints of shared memory (the prep's, no static
@@ -1087,8 +1091,7 @@ __device__ __forceinline__ i64 cp_seg_slots(const Prefill64Params& p) {
 }
 // f32 [128][128] workspace state `which` (0 S, 1 M, 2 B) of segment slot `slot`, value head h.
 __device__ __forceinline__ float* cp_ws(const Prefill64Params& p, int which, i64 slot, int h) {
-    unsigned char* base = reinterpret_cast<unsigned char*>(p.workspace) +
-                          (p.total_tokens / C + p.num_seqs + 1) * (i64)p.num_v_heads * WS_CHUNK_BYTES;
+    unsigned char* base = reinterpret_cast<unsigned char*>(p.workspace) + record_bytes(p);
     return reinterpret_cast<float*>(base) + (((i64)which * cp_seg_slots(p) + slot) * p.num_v_heads + h) * (i64)(D * D);
 }
 
