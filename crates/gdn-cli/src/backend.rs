@@ -5,7 +5,7 @@ use clap::ValueEnum;
 use gdn_core::cpu::CpuBackend;
 use gdn_core::Op;
 use gdn_core::{Backend, Inputs, Outputs, Problem, Result, TierSamples, Timed, TimingConfig};
-use gdn_cuda::PlanKind;
+use gdn_cuda::ForcedPlan;
 
 /// What `--backend` asks for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -46,16 +46,12 @@ impl Engine {
     }
 
     /// The prefill plans `check` runs each prefill case with: every plan on CUDA (forced one after the
-    /// other), unless `GDN_KERNEL` decides; `[None]` (the backend's own choice) otherwise.
-    pub fn prefill_plans(&self) -> Vec<Option<PlanKind>> {
+    /// other: the host plans, the device plan and its forced routes), unless `GDN_KERNEL` decides; `[None]` (the
+    /// backend's own choice) otherwise.
+    pub fn prefill_plans(&self) -> Vec<Option<ForcedPlan>> {
         match self {
             Engine::Cuda(b) if b.kernel_override().is_none() => {
-                vec![
-                    Some(PlanKind::Fused),
-                    Some(PlanKind::Chunk64),
-                    Some(PlanKind::ContextParallel),
-                    Some(PlanKind::ContextParallelWide),
-                ]
+                ForcedPlan::CHECKED.iter().copied().map(Some).collect()
             }
             _ => vec![None],
         }
@@ -68,7 +64,7 @@ impl Engine {
         p: &Problem,
         x: &Inputs,
         out: &mut Outputs,
-        plan: Option<PlanKind>,
+        plan: Option<ForcedPlan>,
     ) -> Result<Option<String>> {
         match (self, plan) {
             (Engine::Cuda(b), Some(kind)) if p.def.op == Op::Prefill => {

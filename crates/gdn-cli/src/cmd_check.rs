@@ -280,7 +280,7 @@ pub fn main(a: Args) -> Result<()> {
         engine.name(),
         engine.device(),
         if plans.len() > 1 {
-            "; prefill cases once per plan (fused, chunk64)"
+            "; prefill cases once per plan (fused, chunk64, cp, cp2, the device plan and its routes)"
         } else {
             ""
         }

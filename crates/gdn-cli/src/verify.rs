@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use gdn_core::compare::{compare, CheckReport, CONTEST};
 use gdn_core::workload::{generate, WorkloadSpec};
 use gdn_core::{reference, Op, Outputs, Problem};
-use gdn_cuda::PlanKind;
+use gdn_cuda::ForcedPlan;
 use serde::Serialize;
 
 /// The errors worth a table row, from a [`CheckReport`].
@@ -38,7 +38,7 @@ pub fn verify_plan(
     engine: &Engine,
     spec: &WorkloadSpec,
     seed: u64,
-    plan: Option<PlanKind>,
+    plan: Option<ForcedPlan>,
 ) -> Result<Verdict> {
     use gdn_core::Backend;
     let tensors = generate(spec, seed);

@@ -56,6 +56,9 @@
 //                     copy them into pairs: ~150 register moves per kernel, now ~20. Bitwise the same; H200, same
 //                     process: 32x256 bv128 52.9 -> 50.7 us, mix30 71.2 -> 68.8, 64x1024 300.8 -> 291.2, 4x2048 bv32
 //                     78.5 -> 77.2, 1x1024 bv32 40.2 -> 39.2; bv16 even (1x1024 34.2 -> 34.3, 1x8192 246 -> 248).
+//     v12.4 (every tile): the device plan's build (GDN_DEVICE_PLAN, session 23; PrefillPlanParams): every warp first
+//                     reads the longest sequence's length from cu_seqlens and the CTA exits when it is >= run_below
+//                     (the prefill64 launches of the same call run it). The default build is unchanged.
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -82,6 +85,7 @@
 // ---------------------------------------------------------------------------------------------------------
 #include "gates.cuh"
 #include "sm90.cuh"
+#include "device_plan.cuh"
 
 // Producer warps per CTA, per variant (v4 default): BV=16, 32, 64 -> 5; BV=128 -> 4 (384 threads, <= 168 regs).
 // -DGDN_NP=n forces n (1..6; NP=6 fits bv16/32/64 since v5) for every variant (experiments only; the runtime uses the defaults).
@@ -107,6 +111,15 @@ struct PrefillParams {
     i32 num_v_heads;               // 104: HV, a multiple of H, even (gates are copied as aligned bf16 pairs)
     i32 lead_rows;                 // 108: min(T, 16): rows of q/k/v/a/b that exist whatever cu_seqlens says
                                    //      (sequence 0's first chunk is loaded before cu_seqlens; 0 disables)
+};
+// v12.4 (session 23), the device plan's build of this file (module prefill_dp, compiled with GDN_DEVICE_PLAN;
+// device_plan.cuh): the same kernels under the same names, taking run_below after the params. > 0: a kernel runs the
+// call only when its longest sequence has fewer tokens (else the prefill64 launches of the same call run it and every
+// CTA here exits at once); < 0: never (a test route). A build of its own so that host-planned calls keep the 112-byte
+// params and the code they had (a longer struct changed ptxas's code for prefill64's walks, +5%).
+struct PrefillPlanParams {
+    PrefillParams p;               //   0
+    i64 run_below;                 // 112
 };
 
 namespace gdn_prefill {
@@ -1245,11 +1258,20 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 //           (all > 48 KB: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES must be raised). Both are also in the
 //           module as data (gdn_prefill_launch) and in the Rust registry, checked against these constexprs.
 // ---------------------------------------------------------------------------------------------------------
+#ifndef GDN_DEVICE_PLAN
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
     extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)            \
         NAME(const PrefillParams p) {                                                                       \
         gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(p);                          \
     }
+#else  // the device plan's build: exit unless the longest sequence is shorter than run_below (nothing written yet)
+#define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
+    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)            \
+        NAME(const PrefillPlanParams pp) {                                                                  \
+        if (pp.run_below < 0 || longest_seq(pp.p.cu_seqlens, pp.p.num_seqs) >= pp.run_below) return;        \
+        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(pp.p);                       \
+    }
+#endif
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv16, 1, false)
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv32, 2, false)
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv64, 4, false)

@@ -36,6 +36,10 @@
 // v13 (session 22): the chunk64 walk runs the sequences longest first (the prep ranks them: walk_order). H200, same
 // process, contest-mix chunk64 workloads: prefill_70 100.7 -> 80.8 us, prefill_91 100.8 -> 77.4, prefill_06 101.5 ->
 // 83.3, prefill_97 88.6 -> 75.1, prefill_00 93.3 -> 82.0; equal lengths within 1.5% (40x205 81.2 -> 82.4).
+// v14 (session 23, results/prefill_s23.md): the device plan's build (GDN_DEVICE_PLAN, Prefill64PlanParams; the default
+// build is unchanged, SASS identical): for calls without a length hint, each kernel reads the longest sequence from
+// cu_seqlens and runs the call as chunk64 or cp (its segment length chosen on the device) or exits. H200, gdn bench
+// without the hint: contest-like mix 3703 -> 2978 us (hinted 2750).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -75,6 +79,7 @@
 // ---------------------------------------------------------------------------------------------------------
 #include "gates.cuh"
 #include "sm90.cuh"
+#include "device_plan.cuh"
 
 // Parameters of every gdn_prefill64_* kernel. 8-byte fields first; 128 bytes. Mirrored by the Rust runtime.
 struct Prefill64Params {
@@ -96,7 +101,23 @@ struct Prefill64Params {
     float scale;                   // 112: resolved, never 0
     i32 num_q_heads;               // 116: H
     i32 num_v_heads;               // 120: HV (multiple of H)
-    i32 seg_chunks;                // 124: context-parallel kernels: chunks per segment L >= 1 (others: ignored)
+    i32 seg_chunks;                // 124: context-parallel kernels: chunks per segment L >= 1 (others: ignored; the
+                                   //      device plan: 0)
+};
+// v14 (session 23), the device plan's build of this file (module prefill64_dp / prefill64_wide_dp, compiled with
+// GDN_DEVICE_PLAN; device_plan.cuh): the same kernels under the same names, each taking these thresholds after the
+// params. Every CTA reads the longest sequence's length X from cu_seqlens: X < plan_from, the fused launch of the same
+// call runs it and these exit; plan_from <= X < plan_cp_from, the chunk64 plan (prep, walk); X >= plan_cp_from, the cp
+// plan (prep, passes, scan) with L = plan_cp_l_lo + (plan_cp_l_hi − plan_cp_l_lo)·(X − plan_cp_from)/(T −
+// plan_cp_from). A build of its own because a params struct of more than 128 bytes changed ptxas's code for the walks
+// even where no guard ran (1x8192 plain walk 209 -> 220 us, 4x2048 76.0 -> 79.1; H200, same process): host-planned
+// calls keep these kernels exactly as they were.
+struct Prefill64PlanParams {
+    Prefill64Params p;             //   0
+    i64 plan_from;                 // 128: tokens (0: always; i64 max: never)
+    i64 plan_cp_from;              // 136: tokens (i64 max: never cp)
+    i32 plan_cp_l_lo;              // 144: >= 1: the L the host sized the cp grids and workspace for
+    i32 plan_cp_l_hi;              // 148: >= plan_cp_l_lo
 };
 
 namespace gdn_prefill64 {
@@ -365,6 +386,26 @@ __device__ __forceinline__ void write_walk_order(const Prefill64Params& p, i64 i
     if ((threadIdx.x & 31) == 0) wcount[threadIdx.x >> 5] = c;
     __syncthreads();
     if (threadIdx.x == 0) walk_order(p)[wcount[0] + wcount[1] + wcount[2] + wcount[3]] = i;
+}
+
+// ---- v14 (session 23): the device plan (Prefill64PlanParams). Each launch's part in it:
+enum PlanPart { PART_PREP, PART_WALK, PART_CP };
+// Whether this launch runs the call under the device plan, and its segment length: L for the cp plan (device_plan.rs
+// Thresholds::seg_chunks_at), 0 for chunk64. Whole warps call it; every warp of the grid gets the same answer.
+__device__ __forceinline__ bool device_plan_runs(const Prefill64PlanParams& pp, PlanPart part, int& seg_chunks) {
+    const Prefill64Params& p = pp.p;
+    const i64 x = longest_seq(p.cu_seqlens, p.num_seqs);
+    if (x < pp.plan_from) return false;  // the fused launch's call
+    const bool cp = x >= pp.plan_cp_from;
+    if ((part == PART_WALK && cp) || (part == PART_CP && !cp)) return false;
+    seg_chunks = 0;
+    if (cp) {
+        const i64 lo = pp.plan_cp_l_lo, hi = pp.plan_cp_l_hi > lo ? pp.plan_cp_l_hi : lo;
+        const i64 span = p.total_tokens - pp.plan_cp_from, over = x - pp.plan_cp_from;
+        const i64 l = span > 0 ? lo + (hi - lo) * (over < span ? over : span) / span : lo;
+        seg_chunks = (int)uni64(l);  // (uniform: the walks' addresses derive from it)
+    }
+    return true;
 }
 
 // ================================================================== prep: one (chunk, value head) per CTA
@@ -1438,45 +1479,70 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 // and scans; with it only the four two-warpgroup cp passes (they take as long to compile as the rest together, so
 // the runtime builds them — module "prefill64_wide" — only when a plan first needs them).
 // ---------------------------------------------------------------------------------------------------------
+// The entry of every kernel: its params (and, in the device plan's build, the thresholds), then q, the params the
+// body runs with — the kernel's own; under the device plan a copy with the segment length the plan sets, after a
+// return when the call is not this launch's.
+#ifndef GDN_DEVICE_PLAN
+#define GDN_P64_ARGS const Prefill64Params p
+#define GDN_P64_ENTER(PART) const Prefill64Params& q = p;
+#else
+#define GDN_P64_ARGS const Prefill64PlanParams pp
+#define GDN_P64_ENTER(PART)                                                                            \
+    Prefill64Params q = pp.p;                                                                          \
+    if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART, q.seg_chunks)) return;
+#endif
 #ifndef GDN_PREFILL64_WIDE
-extern "C" __global__ void __launch_bounds__(128) gdn_prefill64_prep(const Prefill64Params p) {
-    gdn_prefill64::prep_body(p);
+extern "C" __global__ void __launch_bounds__(128) gdn_prefill64_prep(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_PREP)
+    gdn_prefill64::prep_body(q);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_f32(const Prefill64Params p) {
-    gdn_prefill64::walk_plain<false>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_f32(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_WALK)
+    gdn_prefill64::walk_plain<false>(q);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_bf16(const Prefill64Params p) {
-    gdn_prefill64::walk_plain<true>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_bf16(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_WALK)
+    gdn_prefill64::walk_plain<true>(q);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_f32(const Prefill64Params p) {
-    gdn_prefill64::cp_pass1<1, false>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_f32(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_pass1<1, false>(q);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_bf16(const Prefill64Params p) {
-    gdn_prefill64::cp_pass1<1, true>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_bf16(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_pass1<1, true>(q);
 }
-extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(const Prefill64Params p) {
-    gdn_prefill64::cp_scan<16>(p);
+extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_scan<16>(q);
 }
-extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan8(const Prefill64Params p) {
-    gdn_prefill64::cp_scan<8>(p);
+extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan8(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_scan<8>(q);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_f32(const Prefill64Params p) {
-    gdn_prefill64::cp_pass3<1, false>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_f32(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_pass3<1, false>(q);
 }
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_bf16(const Prefill64Params p) {
-    gdn_prefill64::cp_pass3<1, true>(p);
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_bf16(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_pass3<1, true>(q);
 }
 #else  // GDN_PREFILL64_WIDE: the two-warpgroup cp passes
-extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_f32(const Prefill64Params p) {
-    gdn_prefill64::cp_pass1<2, false>(p);
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_f32(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_pass1<2, false>(q);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_bf16(const Prefill64Params p) {
-    gdn_prefill64::cp_pass1<2, true>(p);
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_bf16(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_pass1<2, true>(q);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass3w_f32(const Prefill64Params p) {
-    gdn_prefill64::cp_pass3<2, false>(p);
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass3w_f32(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_pass3<2, false>(q);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass3w_bf16(const Prefill64Params p) {
-    gdn_prefill64::cp_pass3<2, true>(p);
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass3w_bf16(GDN_P64_ARGS) {
+    GDN_P64_ENTER(PART_CP)
+    gdn_prefill64::cp_pass3<2, true>(q);
 }
 #endif

@@ -15,7 +15,7 @@ use crate::bench;
 use crate::context::{Gpu, Stream};
 use crate::launch::{KernelSet, LaunchInfo, PrefillArgs, RecurrentArgs};
 use crate::memory::DeviceBuf;
-use crate::policy::PlanKind;
+use crate::policy::ForcedPlan;
 use crate::registry::StateDtype;
 use gdn_core::{
     Backend, DType, GdnError, Inputs, MtpMode, Op, Outputs, Problem, Result, StateBuf, StateRef,
@@ -155,17 +155,16 @@ impl CudaBackend {
         Ok(info)
     }
 
-    /// Runs the prefill problem `p` with plan `kind` forced (through the override that forces it);
+    /// Runs the prefill problem `p` with plan `plan` forced (through the override that forces it);
     /// returns what was launched. `gdn check` runs every prefill case once per plan this way.
     pub fn run_prefill_plan(
         &self,
         p: &Problem,
         x: &Inputs,
         out: &mut Outputs,
-        kind: PlanKind,
+        plan: ForcedPlan,
     ) -> Result<LaunchInfo> {
-        let name =
-            crate::policy::prefill_override_for(kind, &crate::shape_of(p), &self.kernels.caps())?;
+        let name = plan.override_for(&crate::shape_of(p), &self.kernels.caps())?;
         self.run_with(p, x, out, Some(name))
     }
 }

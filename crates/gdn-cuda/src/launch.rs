@@ -13,7 +13,9 @@
 
 use crate::context::drv;
 use crate::nvrtc;
-use crate::params::{Prefill64Params, PrefillParams, RecurrentParams};
+use crate::params::{
+    Prefill64Params, Prefill64PlanParams, PrefillParams, PrefillPlanParams, RecurrentParams,
+};
 use crate::policy::{self, Choice, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
 use crate::registry::{self, Module, StateDtype, Variant};
 use crate::sources::SourceSet;
@@ -87,6 +89,8 @@ impl From<&Choice> for KernelLaunch {
 #[derive(Clone, Debug, PartialEq)]
 pub struct LaunchInfo {
     pub plan: PlanKind,
+    /// The plan's name in labels: its kind's, or a forced device-plan route's override (`device-cp`).
+    pub plan_name: &'static str,
     /// The kernels in stream order (nothing is launched when the first grid is empty).
     pub launches: Vec<KernelLaunch>,
     /// Workspace the launches use (bytes; chunk64 only).
@@ -97,6 +101,7 @@ impl LaunchInfo {
     fn recurrent(c: &Choice) -> LaunchInfo {
         LaunchInfo {
             plan: PlanKind::Recurrent,
+            plan_name: PlanKind::Recurrent.name(),
             launches: vec![c.into()],
             workspace_bytes: 0,
         }
@@ -105,6 +110,10 @@ impl LaunchInfo {
     pub fn prefill(p: &PrefillPlan) -> LaunchInfo {
         LaunchInfo {
             plan: p.kind(),
+            plan_name: match p {
+                PrefillPlan::Device { route, .. } => route.override_name(),
+                _ => p.kind().name(),
+            },
             launches: p.launches().into_iter().map(KernelLaunch::from).collect(),
             workspace_bytes: p.workspace_bytes(),
         }
@@ -121,7 +130,7 @@ impl LaunchInfo {
         let names: Vec<&str> = self.launches.iter().map(|l| l.kernel).collect();
         match self.plan {
             PlanKind::Recurrent => names.join("+"),
-            k => format!("{} {}", k.name(), names.join("+")),
+            _ => format!("{} {}", self.plan_name, names.join("+")),
         }
     }
 }
@@ -515,7 +524,7 @@ impl KernelSet {
         let module = unsafe { result::module::load_data(compiled.cubin.as_ptr() as *const c_void) }
             .map_err(|e| drv(&format!("cuModuleLoadData({})", m.source), e))?;
         let mut kernels = HashMap::new();
-        for v in registry::VARIANTS.iter().filter(|v| v.module.id == m.id) {
+        for v in registry::module_variants(m) {
             let name = CString::new(v.name).expect("kernel names have no NUL");
             // SAFETY: a loaded module; a NUL-terminated name.
             let func = unsafe { result::module::get_function(module, name) }
@@ -565,6 +574,13 @@ impl KernelSet {
     /// A loaded kernel by variant (compiles / loads its module on first use).
     pub fn kernel(&self, v: &'static Variant) -> Result<LoadedKernel> {
         Ok(self.module(v.module)?.kernels[v.name])
+    }
+
+    /// The device plan's build of a variant (`registry::device_plan_module`; compiled on first use).
+    pub fn device_plan_kernel(&self, v: &'static Variant) -> Result<LoadedKernel> {
+        let m = registry::device_plan_module(v.module)
+            .ok_or_else(|| backend_err(format!("{} has no device-plan build", v.name)))?;
+        Ok(self.module(m)?.kernels[v.name])
     }
 
     /// Loads every module now (so that no compile happens inside a timed or captured region); returns
@@ -688,6 +704,49 @@ impl KernelSet {
                     self.launch(c, p, stream)?;
                 }
             }
+            PrefillPlan::Device {
+                fused,
+                prep,
+                walk,
+                cp,
+                thresholds: th,
+                ..
+            } => {
+                // every launch reads the longest length from cu_seqlens and runs the call or exits (device_plan.rs)
+                let tokens = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
+                let small = |name: &str, x: u64| {
+                    i32::try_from(x).map_err(|_| {
+                        bad(
+                            "cu_seqlens",
+                            format!("device plan: {name} {x} does not fit i32"),
+                        )
+                    })
+                };
+                // (the device plan's builds of the kernels: registry::device_plan_module)
+                if let Some(f) = fused {
+                    let params = PrefillPlanParams {
+                        p: args.params(),
+                        run_below: if th.run_from == 0 {
+                            -1
+                        } else {
+                            tokens(th.run_from)
+                        },
+                    };
+                    let p = &params as *const PrefillPlanParams as *mut c_void;
+                    self.launch_in(f, p, stream, true)?;
+                }
+                let params = Prefill64PlanParams {
+                    p: args.params64(),
+                    plan_from: tokens(th.run_from),
+                    plan_cp_from: tokens(th.cp_from),
+                    plan_cp_l_lo: small("segment length", th.cp_l_lo.max(1))?,
+                    plan_cp_l_hi: small("segment length", th.cp_l_hi.max(th.cp_l_lo).max(1))?,
+                };
+                let p = &params as *const Prefill64PlanParams as *mut c_void;
+                for c in prep.iter().chain(walk).chain(cp.iter().flatten()) {
+                    self.launch_in(c, p, stream, true)?;
+                }
+            }
         }
         Ok(info)
     }
@@ -699,10 +758,26 @@ impl KernelSet {
         params: *mut c_void,
         stream: sys::CUstream,
     ) -> Result<()> {
+        self.launch_in(choice, params, stream, false)
+    }
+
+    /// `launch`, from the device plan's build of the variant's module when `device_plan` (its params struct: the
+    /// `…PlanParams` of params.rs).
+    unsafe fn launch_in(
+        &self,
+        choice: &Choice,
+        params: *mut c_void,
+        stream: sys::CUstream,
+        device_plan: bool,
+    ) -> Result<()> {
         if choice.is_empty() {
             return Ok(());
         }
-        let k = self.kernel(choice.variant)?;
+        let k = if device_plan {
+            self.device_plan_kernel(choice.variant)?
+        } else {
+            self.kernel(choice.variant)?
+        };
         let mut args = [params];
         result::launch_kernel(
             k.func,

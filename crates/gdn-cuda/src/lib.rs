@@ -19,6 +19,7 @@ pub mod bench;
 pub mod context;
 pub mod cost;
 pub mod cupti;
+pub mod device_plan;
 pub mod launch;
 pub mod loader;
 pub mod memory;
@@ -31,8 +32,9 @@ pub mod resources;
 pub mod sources;
 
 pub use backend::CudaBackend;
+pub use device_plan::DeviceRoute;
 pub use launch::{KernelLaunch, KernelSet, LaunchInfo, PrefillArgs, RecurrentArgs};
-pub use policy::{Choice, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
+pub use policy::{Choice, DeviceCaps, ForcedPlan, PlanKind, PrefillPlan, Rejection, Shape};
 pub use registry::StateDtype;
 
 use gdn_core::{Backend, DType, Inputs, Outputs, Problem, Result, Timed};
@@ -43,13 +45,13 @@ pub trait CudaLike: Backend + Timed {
     fn plan_label(&self, p: &Problem) -> Result<String>;
     /// The `GDN_KERNEL` override, when set (it then decides every call's plan).
     fn kernel_override(&self) -> Option<String>;
-    /// Runs the prefill problem `p` with plan `kind` forced; returns the label of what ran.
+    /// Runs the prefill problem `p` with plan `plan` forced; returns the label of what ran.
     fn run_prefill_plan(
         &self,
         p: &Problem,
         x: &Inputs,
         out: &mut Outputs,
-        kind: PlanKind,
+        plan: ForcedPlan,
     ) -> Result<String>;
 }
 
@@ -65,9 +67,9 @@ impl CudaLike for CudaBackend {
         p: &Problem,
         x: &Inputs,
         out: &mut Outputs,
-        kind: PlanKind,
+        plan: ForcedPlan,
     ) -> Result<String> {
-        CudaBackend::run_prefill_plan(self, p, x, out, kind).map(|i| i.label())
+        CudaBackend::run_prefill_plan(self, p, x, out, plan).map(|i| i.label())
     }
 }
 

@@ -199,6 +199,43 @@ const _: () = {
     assert!(offset_of!(Prefill64Params, seg_chunks) == 124);
 };
 
+/// `struct PrefillPlanParams` of `kernels/prefill.cu`'s device-plan build (`GDN_DEVICE_PLAN`), 120 bytes: the
+/// params, then `run_below` (> 0: the fused kernel runs the call only when its longest sequence has fewer tokens;
+/// < 0: never; `device_plan.rs`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PrefillPlanParams {
+    pub p: PrefillParams,
+    pub run_below: i64,
+}
+
+const _: () = {
+    assert!(size_of::<PrefillPlanParams>() == 120);
+    assert!(offset_of!(PrefillPlanParams, run_below) == 112);
+};
+
+/// `struct Prefill64PlanParams` of `kernels/prefill64.cu`'s device-plan build, 152 bytes: the params (with
+/// `seg_chunks` = 0), then the thresholds the longest sequence's length X is compared with (tokens; i64::MAX:
+/// never): X < `plan_from`, these launches exit; < `plan_cp_from`, chunk64; else cp with L from `plan_cp_l_lo` at
+/// X = plan_cp_from, linearly in X, to `plan_cp_l_hi` at X = T (`device_plan::Thresholds::seg_chunks_at`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Prefill64PlanParams {
+    pub p: Prefill64Params,
+    pub plan_from: i64,
+    pub plan_cp_from: i64,
+    pub plan_cp_l_lo: i32,
+    pub plan_cp_l_hi: i32,
+}
+
+const _: () = {
+    assert!(size_of::<Prefill64PlanParams>() == 152);
+    assert!(offset_of!(Prefill64PlanParams, plan_from) == 128);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_from) == 136);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_lo) == 144);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_hi) == 148);
+};
+
 /// The `static_assert(sizeof(...))` each .cu file must carry, checked against the embedded sources by the
 /// tests: (source file, the exact assertion text's start).
 pub const CUDA_SIZE_ASSERTS: &[(&str, &str)] = &[

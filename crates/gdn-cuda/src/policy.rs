@@ -39,6 +39,10 @@
 //!     pass 1 in at most two) beats the fused one: few long sequences, or one long sequence among short ones
 //!     when the caller gives its length. Nothing is read on the host: without a hint the lengths are taken
 //!     as equal; any L is correct for any lengths (the hint only steers speed).
+//! * Prefill without a length hint: the device plan (`device_plan.rs`) when the model's pick changes with the
+//!   longest length and the equal-length pick would cost much at the skewed end; `GDN_KERNEL=host` keeps the
+//!   host's equal-length plan; `device`, `device-fused`, `device-chunk64`, `device-cp` force the device plan
+//!   (the model's thresholds, or every call to one route).
 //! * An override (`GDN_KERNEL=<name>`, passed in by the caller) picks a variant by name; it must be of the
 //!   right family and state dtype, and still passes every limit check. For prefill, naming a `gdn_prefill_*`
 //!   kernel forces the fused plan with that kernel; naming `gdn_prefill64_prep` or the walk of the call's
@@ -47,6 +51,7 @@
 //! * Grid limits: gridDim.x ≤ 2³¹−1, gridDim.y/z ≤ 65 535; dynamic shared memory ≤ the device's opt-in limit.
 
 use crate::cost;
+use crate::device_plan;
 use crate::registry::{self, Family, GridOrder, StateDtype, Variant, HEAD_DIM};
 use crate::registry::{
     prefill64_cp_workspace_bytes, prefill64_scan_seqs, prefill64_seg_slots, prefill64_slots,
@@ -137,6 +142,9 @@ pub const PREFILL_FILL_DEN: u64 = 10;
 pub const CHUNK64_WORKSPACE_CAP: u64 = 1 << 30;
 /// Forced cp plans (`gdn check`, overrides): at most this many segments per (average) sequence.
 pub const CP_MAX_SEGMENTS: u64 = 64;
+/// The prefill override (`GDN_KERNEL=host`) that keeps the automatic plan on the host: calls without a length hint
+/// take the equal-length plan instead of the device plan (`device_plan.rs`; A/B measurements, opting out).
+pub const HOST_PLAN_OVERRIDE: &str = "host";
 /// Hardware grid limits (x, and y/z).
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 pub const MAX_GRID_YZ: u64 = 65_535;
@@ -161,7 +169,7 @@ pub struct Shape {
 }
 
 /// What the policy needs to know about the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DeviceCaps {
     pub cc: (i32, i32),
     pub sm_count: u32,
@@ -375,7 +383,7 @@ pub fn choose(s: &Shape, caps: &DeviceCaps, force: Option<&str>) -> Result<Choic
         return Err(Rejection::OddValueHeads { v: s.num_v_heads });
     }
     let family = family_of(s.op);
-    let (variant, why) = match force {
+    let (variant, why) = match force.filter(|f| *f != HOST_PLAN_OVERRIDE) {
         Some(name) => (
             forced(name, family, s.state)?,
             format!("forced by override '{name}'"),
@@ -572,6 +580,9 @@ pub enum PlanKind {
     ContextParallel,
     /// The same with two warpgroups per walk CTA (`…_cp_pass{1,3}w_*`): "cp2".
     ContextParallelWide,
+    /// Prefill without a length hint, planned on the device (`device_plan.rs`): the fused launch, the prep, the
+    /// chunk64 walk and the cp passes one after another, each running the call or exiting by its longest length.
+    Device,
 }
 
 impl PlanKind {
@@ -582,6 +593,7 @@ impl PlanKind {
             PlanKind::Chunk64 => "chunk64",
             PlanKind::ContextParallel => "cp",
             PlanKind::ContextParallelWide => "cp2",
+            PlanKind::Device => "device",
         }
     }
 }
@@ -612,6 +624,18 @@ pub enum PrefillPlan {
         warpgroups: u64,
         workspace_bytes: u64,
     },
+    /// The device plan (`device_plan.rs`), in stream order: the fused kernel (absent when it never runs the call),
+    /// the prep (absent when only the fused launch can), the chunk64 walk (absent when cp takes every call the prep
+    /// does), cp pass 1, scan, pass 3 (absent when cp never runs); `thresholds` go to the kernels' params.
+    Device {
+        fused: Option<Choice>,
+        prep: Option<Choice>,
+        walk: Option<Choice>,
+        cp: Option<[Choice; 3]>,
+        thresholds: crate::device_plan::Thresholds,
+        route: crate::device_plan::DeviceRoute,
+        workspace_bytes: u64,
+    },
 }
 
 impl PrefillPlan {
@@ -621,6 +645,7 @@ impl PrefillPlan {
             PrefillPlan::Chunk64 { .. } => PlanKind::Chunk64,
             PrefillPlan::ContextParallel { warpgroups: 2, .. } => PlanKind::ContextParallelWide,
             PrefillPlan::ContextParallel { .. } => PlanKind::ContextParallel,
+            PrefillPlan::Device { .. } => PlanKind::Device,
         }
     }
 
@@ -630,6 +655,7 @@ impl PrefillPlan {
             PrefillPlan::Fused { variant } => variant.is_empty(),
             PrefillPlan::Chunk64 { walk, .. } => walk.is_empty(),
             PrefillPlan::ContextParallel { pass3, .. } => pass3.is_empty(),
+            PrefillPlan::Device { .. } => self.launches().iter().all(|c| c.is_empty()),
         }
     }
 
@@ -641,6 +667,9 @@ impl PrefillPlan {
                 workspace_bytes, ..
             }
             | PrefillPlan::ContextParallel {
+                workspace_bytes, ..
+            }
+            | PrefillPlan::Device {
                 workspace_bytes, ..
             } => *workspace_bytes,
         }
@@ -658,13 +687,30 @@ impl PrefillPlan {
                 pass3,
                 ..
             } => vec![prep, pass1, scan, pass3],
+            PrefillPlan::Device {
+                fused,
+                prep,
+                walk,
+                cp,
+                ..
+            } => fused
+                .iter()
+                .chain(prep)
+                .chain(walk)
+                .chain(cp.iter().flatten())
+                .collect(),
         }
     }
 
-    /// `fused gdn_prefill_f32_bv16` / `chunk64 gdn_prefill64_prep+gdn_prefill64_walk_f32`.
+    /// `fused gdn_prefill_f32_bv16` / `chunk64 gdn_prefill64_prep+gdn_prefill64_walk_f32`; a device plan with a
+    /// forced route is labelled by its override (`device-cp …`).
     pub fn label(&self) -> String {
         let names: Vec<&str> = self.launches().iter().map(|c| c.variant.name).collect();
-        format!("{} {}", self.kind().name(), names.join("+"))
+        let kind = match self {
+            PrefillPlan::Device { route, .. } => route.override_name(),
+            _ => self.kind().name(),
+        };
+        format!("{kind} {}", names.join("+"))
     }
 
     /// Why this plan (and kernel).
@@ -673,6 +719,7 @@ impl PrefillPlan {
             PrefillPlan::Fused { variant } => &variant.why,
             PrefillPlan::Chunk64 { walk, .. } => &walk.why,
             PrefillPlan::ContextParallel { pass3, .. } => &pass3.why,
+            PrefillPlan::Device { .. } => self.launches().last().map_or("", |c| &c.why),
         }
     }
 }
@@ -688,8 +735,15 @@ pub fn choose_prefill(
     debug_assert_eq!(s.op, Op::Prefill, "choose_prefill takes prefill shapes");
     check_call(s, caps)?;
     let Some(name) = force else {
-        return automatic_prefill(s, caps);
+        let plan = automatic_prefill(s, caps)?;
+        return Ok(device_plan::automatic(s, caps, &plan).unwrap_or(plan));
     };
+    if name == HOST_PLAN_OVERRIDE {
+        return automatic_prefill(s, caps);
+    }
+    if let Some(route) = device_plan::DeviceRoute::from_override(name) {
+        return device_plan::forced(s, caps, route);
+    }
     let bad = |problem: String| Rejection::Override {
         name: name.to_string(),
         problem,
@@ -712,7 +766,7 @@ pub fn choose_prefill(
                 s.state.name()
             )))
         }
-        Family::Prefill64Prep | Family::Prefill64Walk => chunk64(s, caps, forced_why),
+        Family::Prefill64Prep | Family::Prefill64Walk => chunk64_plan(s, caps, forced_why),
         Family::Prefill64CpPass1 | Family::Prefill64CpScan | Family::Prefill64CpPass3 => {
             // a pass names its walk form; a scan names none: one warpgroup
             let wg = match v.family {
@@ -720,7 +774,7 @@ pub fn choose_prefill(
                 _ => registry::walk_warpgroups(v) as u64,
             };
             let g = cp_forced_segments(s, caps.sm_count as u64, wg);
-            context_parallel(s, caps, (g, cp_seg_chunks(s, g), wg), forced_why)
+            cp_plan(s, caps, (g, cp_seg_chunks(s, g), wg), forced_why)
         }
         other => Err(bad(format!(
             "it is a {other:?} kernel; a prefill call takes gdn_prefill_* (fused plan), \
@@ -749,7 +803,11 @@ fn plan_kernel(family: Family, s: &Shape, warpgroups: u64) -> Result<&'static Va
 }
 
 /// The chunk64 plan for `s`, or why it cannot run (workspace cap, grid, shared memory, no variant).
-fn chunk64(s: &Shape, caps: &DeviceCaps, why: String) -> Result<PrefillPlan, Rejection> {
+pub(crate) fn chunk64_plan(
+    s: &Shape,
+    caps: &DeviceCaps,
+    why: String,
+) -> Result<PrefillPlan, Rejection> {
     let (prep_v, walk_v) = (
         plan_kernel(Family::Prefill64Prep, s, 1)?,
         plan_kernel(Family::Prefill64Walk, s, 1)?,
@@ -778,7 +836,7 @@ fn chunk64(s: &Shape, caps: &DeviceCaps, why: String) -> Result<PrefillPlan, Rej
 
 /// The context-parallel plan for `s` with segments of `seg_chunks` chunks (`segments`: how many the
 /// longest sequence gets, for the report) and `warpgroups` warpgroups per walk CTA.
-fn context_parallel(
+pub(crate) fn cp_plan(
     s: &Shape,
     caps: &DeviceCaps,
     (segments, seg_chunks, warpgroups): (u64, u64, u64),
@@ -925,17 +983,18 @@ fn automatic_prefill(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Reject
             l.longest,
             if s.max_seq_len > 0 { ", hinted" } else { ", lengths taken as equal" }
         );
-        if let Ok(plan) = context_parallel(s, caps, (e.segments, e.seg_chunks, e.warpgroups), why) {
+        if let Ok(plan) = cp_plan(s, caps, (e.segments, e.seg_chunks, e.warpgroups), why) {
             return Ok(plan);
         }
     }
     if odd {
         let reason = format!("odd num_v_heads {}: only chunk64 runs it", s.num_v_heads);
-        return chunk64(s, caps, reason).map_err(|_| Rejection::OddValueHeads { v: s.num_v_heads });
+        return chunk64_plan(s, caps, reason)
+            .map_err(|_| Rejection::OddValueHeads { v: s.num_v_heads });
     }
     if chunk64_first {
         let why = format!("chunk64: estimate {chunk64_us:.0} us < fused {fused_us:.0} us");
-        if let Ok(plan) = chunk64(s, caps, why) {
+        if let Ok(plan) = chunk64_plan(s, caps, why) {
             return Ok(plan);
         }
     }
@@ -975,10 +1034,48 @@ pub fn prefill_override_for(
                     state: s.state,
                 })
         }
+        PlanKind::Device => Ok(device_plan::DeviceRoute::Model.override_name()),
         PlanKind::Recurrent => Err(Rejection::Override {
             name: "recurrent".into(),
             problem: "not a prefill plan".into(),
         }),
+    }
+}
+
+/// A prefill plan forced by name (`gdn check` runs every case once per `ForcedPlan::CHECKED`): a plan kind, by the
+/// override that forces it for the shape (`prefill_override_for`), or a route of the device plan.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ForcedPlan {
+    Kind(PlanKind),
+    Device(device_plan::DeviceRoute),
+}
+
+impl ForcedPlan {
+    /// Every host plan, the device plan with the model's thresholds, and each of its forced routes.
+    pub const CHECKED: [ForcedPlan; 8] = [
+        ForcedPlan::Kind(PlanKind::Fused),
+        ForcedPlan::Kind(PlanKind::Chunk64),
+        ForcedPlan::Kind(PlanKind::ContextParallel),
+        ForcedPlan::Kind(PlanKind::ContextParallelWide),
+        ForcedPlan::Device(device_plan::DeviceRoute::Model),
+        ForcedPlan::Device(device_plan::DeviceRoute::Fused),
+        ForcedPlan::Device(device_plan::DeviceRoute::Chunk64),
+        ForcedPlan::Device(device_plan::DeviceRoute::Cp),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ForcedPlan::Kind(k) => k.name(),
+            ForcedPlan::Device(r) => r.override_name(),
+        }
+    }
+
+    /// The override that forces this plan for `s`.
+    pub fn override_for(self, s: &Shape, caps: &DeviceCaps) -> Result<&'static str, Rejection> {
+        match self {
+            ForcedPlan::Kind(k) => prefill_override_for(k, s, caps),
+            ForcedPlan::Device(r) => Ok(r.override_name()),
+        }
     }
 }
 

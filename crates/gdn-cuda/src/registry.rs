@@ -147,6 +147,56 @@ pub const PREFILL64_WIDE: Module = Module {
     defines: &["GDN_PREFILL64_WIDE=1"],
 };
 
+/// The device plan's builds (`device_plan.rs`, `GDN_DEVICE_PLAN`): the same kernels under the same names, each taking
+/// the plan's thresholds after its params (`params::PrefillPlanParams`, `Prefill64PlanParams`) and exiting when the
+/// call is not its launch's. Modules of their own, compiled when a device plan first runs: host-planned calls keep
+/// the default builds' code exactly (a longer params struct alone changed the walks' code, +5%, session 23).
+pub const PREFILL_DP: Module = Module {
+    id: "prefill_dp",
+    source: "prefill.cu",
+    defines: &["GDN_DEVICE_PLAN=1"],
+};
+pub const PREFILL64_DP: Module = Module {
+    id: "prefill64_dp",
+    source: "prefill64.cu",
+    defines: &["GDN_DEVICE_PLAN=1"],
+};
+pub const PREFILL64_WIDE_DP: Module = Module {
+    id: "prefill64_wide_dp",
+    source: "prefill64.cu",
+    defines: &["GDN_PREFILL64_WIDE=1", "GDN_DEVICE_PLAN=1"],
+};
+
+const DEVICE_PLAN_BUILDS: [(&Module, &Module); 3] = [
+    (&PREFILL, &PREFILL_DP),
+    (&PREFILL64, &PREFILL64_DP),
+    (&PREFILL64_WIDE, &PREFILL64_WIDE_DP),
+];
+
+/// The device plan's build of module `m` (None: `m` has none: decode / MTP).
+pub fn device_plan_module(m: &Module) -> Option<&'static Module> {
+    DEVICE_PLAN_BUILDS
+        .into_iter()
+        .find(|(base, _)| base.id == m.id)
+        .map(|(_, dp)| dp)
+}
+
+/// The module a device plan's build `m` is built from (None: `m` is not one).
+fn device_plan_base(m: &Module) -> Option<&'static Module> {
+    DEVICE_PLAN_BUILDS
+        .into_iter()
+        .find(|(_, dp)| dp.id == m.id)
+        .map(|(base, _)| base)
+}
+
+/// The kernels module `m` exports: the variants registered in it, or, for a device plan's build, those of the
+/// module it is built from.
+pub fn module_variants(m: &Module) -> impl Iterator<Item = &'static Variant> + '_ {
+    VARIANTS.iter().filter(move |v| {
+        v.module.id == m.id || device_plan_module(v.module).is_some_and(|dp| dp.id == m.id)
+    })
+}
+
 /// Head size every kernel assumes (K = V = 128).
 pub const HEAD_DIM: u32 = 128;
 const WARP: u32 = 32;
@@ -296,6 +346,30 @@ pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
         "params size (params.rs)",
         "sizeof(Prefill64Params)",
         size_of::<crate::params::Prefill64Params>() as u64,
+    ),
+    (
+        "prefill_dp",
+        "device plan params size (params.rs)",
+        "sizeof(PrefillPlanParams)",
+        size_of::<crate::params::PrefillPlanParams>() as u64,
+    ),
+    (
+        "prefill64_dp",
+        "device plan params size (params.rs)",
+        "sizeof(Prefill64PlanParams)",
+        size_of::<crate::params::Prefill64PlanParams>() as u64,
+    ),
+    (
+        "prefill64_wide_dp",
+        "device plan params size (params.rs)",
+        "sizeof(Prefill64PlanParams)",
+        size_of::<crate::params::Prefill64PlanParams>() as u64,
+    ),
+    (
+        "prefill64_dp",
+        "most sequences the device plan reads (device_plan.rs; kernels/device_plan.cuh)",
+        "DEVICE_PLAN_MAX_N",
+        crate::device_plan::DEVICE_PLAN_MAX_N,
     ),
     (
         "prefill64_wide",
@@ -681,6 +755,8 @@ pub fn modules() -> Vec<&'static Module> {
             out.push(v.module);
         }
     }
+    let dp: Vec<&'static Module> = out.iter().filter_map(|m| device_plan_module(m)).collect();
+    out.extend(dp);
     out
 }
 
@@ -707,7 +783,7 @@ pub fn checks_appendix(m: &Module) -> String {
          update the registry to Got\");\n};\n",
     );
     let mut id = 0;
-    for v in VARIANTS.iter().filter(|v| v.module.id == m.id) {
+    for v in module_variants(m) {
         for (what, expr, value) in [
             ("dynamic smem", v.smem_expr, v.dyn_smem),
             ("block", v.block_expr, v.block),
@@ -721,7 +797,12 @@ pub fn checks_appendix(m: &Module) -> String {
             }
         }
     }
-    for (_, what, expr, value) in MODULE_CONSTANTS.iter().filter(|c| c.0 == m.id) {
+    // (a device plan's build checks its own constants and those of the module it is built from)
+    let base = device_plan_base(m).map_or(m.id, |b| b.id);
+    for (_, what, expr, value) in MODULE_CONSTANTS
+        .iter()
+        .filter(|c| c.0 == m.id || c.0 == base)
+    {
         id += 1;
         out.push_str(&format!(
             "template struct gdn_registry_check<{id}, ({expr}), {value}>;  // {what}\n"
@@ -814,12 +895,31 @@ mod tests {
             4
         );
         assert!(!wide.contains("WALK_SMEM)") && !wide.contains("PREP_SMEM"));
+        // the device plan's builds: the same kernels' checks, the base params and workspace constants, their own
+        // params size and (prefill64_dp) the sequence limit
+        let dp = checks_appendix(&PREFILL64_DP);
+        assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 2 + 2);
+        assert!(dp.contains("(sizeof(Prefill64Params)), 128>"));
+        assert!(dp.contains("(sizeof(Prefill64PlanParams)), 152>"));
+        assert!(dp.contains("(DEVICE_PLAN_MAX_N), 256>"));
+        let wide_dp = checks_appendix(&PREFILL64_WIDE_DP);
+        assert_eq!(wide_dp.matches("gdn_registry_check<").count(), 4 + 1 + 1);
+        assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 120>"));
         assert_eq!(
             modules()
                 .iter()
                 .filter(|m| m.source == "prefill64.cu")
                 .count(),
-            2
+            4
+        );
+        assert_eq!(
+            device_plan_module(&PREFILL64_WIDE),
+            Some(&PREFILL64_WIDE_DP)
+        );
+        assert_eq!(device_plan_module(&RECURRENT), None);
+        assert_eq!(
+            module_variants(&PREFILL64_DP).count(),
+            module_variants(&PREFILL64).count()
         );
         assert!(checks_appendix(&PREFILL).contains("(gdn_prefill::C), 16>"));
     }

@@ -49,7 +49,7 @@ pub fn compile_all(arch: &str) -> Result<Vec<ModuleReport>, String> {
             .unwrap_or_default();
         let kernels = registry::VARIANTS
             .iter()
-            .filter(|v| v.module.id == m.id)
+            .filter(|v| registry::module_variants(m).any(|x| x.name == v.name))
             .map(|v| KernelReport {
                 variant: v,
                 resources: res.get(v.name).cloned(),

@@ -8,7 +8,8 @@
 
 use gdn_core::Op;
 use gdn_cuda::cost;
-use gdn_cuda::policy::{choose_prefill, DeviceCaps, PrefillPlan, Shape};
+use gdn_cuda::device_plan::exit_us;
+use gdn_cuda::policy::{choose_prefill, Choice, DeviceCaps, PrefillPlan, Shape};
 use gdn_cuda::registry::StateDtype;
 
 type Row = (
@@ -117,31 +118,62 @@ fn shape(t: usize, n: usize, hint: usize) -> Shape {
     }
 }
 
-/// The measured time of the plan the policy picks for `s` (cp: at the nearest measured segment length).
+/// The measured time of the plan the policy picks for `s` (cp: at the nearest measured segment length). A device
+/// plan (no hint) is read as the launch its thresholds give the row's longest sequence, plus the other launches'
+/// exits (`device_plan::exit_us`, measured on two anchors; the table has no exits).
 fn measured_choice(s: &Shape, row: &Row) -> (String, f64) {
     let plan = choose_prefill(s, &DeviceCaps::HOPPER_132, None).unwrap();
+    let cp = |seg_chunks: u64, warpgroups: u64, kind: &str| {
+        let sweep = if warpgroups == 2 { row.7 } else { row.6 };
+        let (l, us) = *sweep
+            .iter()
+            .min_by_key(|(l, _)| l.abs_diff(seg_chunks))
+            .unwrap();
+        (format!("{kind} L{seg_chunks} (measured at L{l})"), us)
+    };
+    let fused = |bv: u32| {
+        let i = [16, 32, 64, 128].iter().position(|&w| w == bv).unwrap();
+        (format!("fused bv{bv}"), row.4[i])
+    };
     match &plan {
-        PrefillPlan::Fused { variant } => {
-            let bv = 128 / variant.variant.ctas_per_head;
-            let i = [16, 32, 64, 128].iter().position(|&w| w == bv).unwrap();
-            (format!("fused bv{bv}"), row.4[i])
-        }
+        PrefillPlan::Fused { variant } => fused(128 / variant.variant.ctas_per_head),
         PrefillPlan::ContextParallel {
             seg_chunks,
             warpgroups,
             ..
-        } => {
-            let sweep = if *warpgroups == 2 { row.7 } else { row.6 };
-            let (l, us) = *sweep
-                .iter()
-                .min_by_key(|(l, _)| l.abs_diff(*seg_chunks))
-                .unwrap();
-            (
-                format!("{} L{seg_chunks} (measured at L{l})", plan.kind().name()),
-                us,
-            )
-        }
+        } => cp(*seg_chunks, *warpgroups, plan.kind().name()),
         PrefillPlan::Chunk64 { .. } => ("chunk64".to_string(), row.5),
+        PrefillPlan::Device {
+            fused: f,
+            prep,
+            walk,
+            cp: cps,
+            thresholds: th,
+            ..
+        } => {
+            let x = row.3 as u64;
+            let exits =
+                |l: &mut dyn Iterator<Item = &Choice>| l.map(|c| exit_us(c, 132)).sum::<f64>();
+            let ((label, us), exit) = if x < th.run_from {
+                let e = exits(&mut prep.iter().chain(walk).chain(cps.iter().flatten()));
+                (fused(128 / f.as_ref().unwrap().variant.ctas_per_head), e)
+            } else if x < th.cp_from {
+                let e = exits(&mut f.iter().chain(cps.iter().flatten()));
+                (("chunk64".to_string(), row.5), e)
+            } else {
+                let l = th.seg_chunks_at(x, row.1 as u64);
+                let e = exits(&mut f.iter().chain(walk));
+                (
+                    cp(
+                        l,
+                        th.warpgroups,
+                        if th.warpgroups == 2 { "cp2" } else { "cp" },
+                    ),
+                    e,
+                )
+            };
+            (format!("device: {label} + exits {exit:.1}"), us + exit)
+        }
     }
 }
 
@@ -188,8 +220,10 @@ fn hinted_choices_are_near_the_measured_best() {
         ["chunk64", "cp", "cp2", "fused"],
         "plan kinds picked"
     );
+    // without the hint the device plan routes each call by its longest length (the launches that exit cost
+    // device_plan::exit_us): within 12% of the hinted picks (the host-only blind rule of session 22: +44%)
     assert!(
-        chosen <= 0.8 * blind,
+        blind <= 1.12 * chosen,
         "hinted {chosen} vs without the hint {blind}"
     );
 }
@@ -213,6 +247,7 @@ fn estimates_track_the_measurements() {
                 ..
             } => cost::cp_us(&s, *segments, cost::walk_form(*warpgroups).unwrap(), 132).us,
             PrefillPlan::Chunk64 { .. } => cost::cp_us(&s, 1, &cost::WALK_FORMS[0], 132).us,
+            PrefillPlan::Device { .. } => unreachable!("hinted calls are planned on the host"),
         };
         assert!(
             (est / us - 1.0).abs() < 0.3,

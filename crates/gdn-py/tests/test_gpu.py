@@ -309,13 +309,13 @@ def _workspace_bytes(x, hint):
     return gdn._gdn.plan("prefill", descs, None, False, hint).workspace_bytes
 
 
-# A long sequence among short ones: without max_seqlen the lengths are taken as equal (a one-segment plan: fused,
-# or since session 19's cost constants chunk64, no segment states); with it the long one is cut into segments (cp,
-# whose workspace adds the segment states). Same results either way, and with a hint that is wrong (too small).
+# A long sequence among short ones: with max_seqlen the host cuts the long one into segments (cp, whose workspace
+# adds the segment states); without it (session 23) the device plan decides from cu_seqlens on the device, with a
+# workspace that serves its chunk64 and cp routes. Same results either way, and with a hint that is wrong (too small).
 def test_prefill_length_hint():
     lens = [3700, 40, 300, 0, 860]
     x = prefill_inputs(lens, 4, 8, seed=19)
-    assert _workspace_bytes(x, 3700) > _workspace_bytes(x, None)
+    assert _workspace_bytes(x, 3700) > 0 and _workspace_bytes(x, None) > 0
     ro, rs = ref_prefill(*x, None)
     for hint in (None, 3700, 1):
         o, ns = gdn.prefill(*x, max_seqlen=hint)

@@ -1,0 +1,268 @@
+//! The device plan (`device_plan.rs`): which blind prefill calls get it, what it launches, and the thresholds and
+//! segment lengths the kernels will read. GPU-free; the routes' correctness is `gdn check`'s (every case runs each
+//! forced route on the device).
+
+use gdn_core::Op;
+use gdn_cuda::device_plan::{self, DeviceRoute, Thresholds, DEVICE_PLAN_MAX_N};
+use gdn_cuda::policy::{choose_prefill, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
+use gdn_cuda::registry::{
+    self, prefill64_cp_workspace_bytes, prefill64_workspace_bytes, StateDtype,
+};
+
+const H200: DeviceCaps = DeviceCaps::HOPPER_132;
+
+fn blind(n: usize, t: usize, hv: usize) -> Shape {
+    Shape {
+        op: Op::Prefill,
+        num_q_heads: if hv.is_multiple_of(4) { hv / 2 } else { 1 },
+        num_v_heads: hv,
+        head_size: 128,
+        num_seqs: n,
+        seq_len: 0,
+        total_tokens: t,
+        max_seq_len: 0,
+        state: StateDtype::F32,
+    }
+}
+
+fn thresholds(p: &PrefillPlan) -> Thresholds {
+    match p {
+        PrefillPlan::Device { thresholds, .. } => *thresholds,
+        other => panic!("not a device plan: {}", other.label()),
+    }
+}
+
+#[test]
+fn blind_calls_that_can_be_skewed_are_planned_on_the_device() {
+    // 40 sequences of 8192 tokens (the contest-like mix has eleven such calls; their longest sequence runs from 913
+    // to 5637 tokens): the fused launch for near-equal lengths, the chunk64 plan above run_from
+    let s = blind(40, 8192, 8);
+    let p = choose_prefill(&s, &H200, None).unwrap();
+    assert_eq!(p.kind(), PlanKind::Device, "{}", p.label());
+    let th = thresholds(&p);
+    assert!(th.run_from > 8192 / 40 && th.run_from < 8192, "{th:?}");
+    assert!(th.cp_from >= th.run_from, "{th:?}");
+    assert!(
+        p.label().starts_with("device gdn_prefill_f32_bv"),
+        "{}",
+        p.label()
+    );
+    assert!(
+        p.label()
+            .contains("gdn_prefill64_prep+gdn_prefill64_walk_f32"),
+        "{}",
+        p.label()
+    );
+    // its workspace serves both prefill64 plans
+    let (t, n, hv) = (8192, 40, 8);
+    assert!(p.workspace_bytes() >= prefill64_workspace_bytes(t, n, hv));
+    if th.cp_from != u64::MAX {
+        assert!(p.workspace_bytes() >= prefill64_cp_workspace_bytes(t, n, hv, th.cp_l_lo));
+    }
+    // the same call with its longest length hinted is planned on the host
+    let hinted = Shape {
+        max_seq_len: 1972,
+        ..s.clone()
+    };
+    assert_ne!(
+        choose_prefill(&hinted, &H200, None).unwrap().kind(),
+        PlanKind::Device
+    );
+    // GDN_KERNEL=host keeps the host's equal-length plan
+    assert_ne!(
+        choose_prefill(&s, &H200, Some("host")).unwrap().kind(),
+        PlanKind::Device
+    );
+}
+
+#[test]
+fn calls_the_device_plan_cannot_help_stay_on_the_host() {
+    for s in [
+        blind(1, 8192, 8),                                 // one sequence: its length is T
+        blind(4, 100, 8),                                  // tiny: every length gets the same plan
+        blind(DEVICE_PLAN_MAX_N as usize + 1, 1 << 16, 8), // more lengths than a warp reads
+        blind(3, 0, 8),                                    // nothing to do
+    ] {
+        let p = choose_prefill(&s, &H200, None).unwrap();
+        assert_ne!(p.kind(), PlanKind::Device, "{s:?}: {}", p.label());
+    }
+}
+
+#[test]
+fn odd_value_heads_get_no_fused_launch() {
+    let p = choose_prefill(&blind(40, 8192, 3), &H200, None).unwrap();
+    if let PrefillPlan::Device { fused, .. } = &p {
+        assert!(fused.is_none(), "{}", p.label());
+        assert_eq!(thresholds(&p).run_from, 0);
+    }
+    assert!(!p.label().contains("gdn_prefill_f32"), "{}", p.label());
+}
+
+#[test]
+fn segment_lengths_interpolate_from_the_sized_one() {
+    let th = Thresholds {
+        run_from: 500,
+        cp_from: 3000,
+        cp_l_lo: 9,
+        cp_l_hi: 13,
+        warpgroups: 2,
+    };
+    let t = 8192;
+    assert_eq!(th.seg_chunks_at(3000, t), 9);
+    assert_eq!(th.seg_chunks_at(t, t), 13);
+    assert_eq!(th.seg_chunks_at(t + 5, t), 13);
+    let mut last = 0;
+    for x in (3000..=t).step_by(97) {
+        let l = th.seg_chunks_at(x, t);
+        assert!((9..=13).contains(&l) && l >= last, "x {x}: L {l}");
+        last = l;
+    }
+    // hi below lo, or no span: lo (the grids are sized for it)
+    let flat = Thresholds { cp_l_hi: 4, ..th };
+    assert_eq!(flat.seg_chunks_at(t, t), 9);
+    assert_eq!(th.seg_chunks_at(9000, 3000), 9);
+}
+
+#[test]
+fn model_thresholds_follow_the_hinted_picks() {
+    // the kinds the host picks with each longest length hinted: fused below run_from, cp at or above cp_from
+    for (n, t) in [(40usize, 8192usize), (12, 8192), (4, 2564), (2, 2413)] {
+        let s = blind(n, t, 8);
+        let Some(th) = device_plan::model_thresholds(&s, &H200) else {
+            continue;
+        };
+        let kind_at = |x: u64| {
+            let h = Shape {
+                max_seq_len: x as usize,
+                ..s.clone()
+            };
+            choose_prefill(&h, &H200, None).unwrap().kind()
+        };
+        if th.run_from > 64 && th.run_from != u64::MAX {
+            assert_eq!(
+                kind_at(th.run_from - 64),
+                PlanKind::Fused,
+                "{n}x{t}: {th:?}"
+            );
+            assert_ne!(kind_at(th.run_from), PlanKind::Fused, "{n}x{t}: {th:?}");
+        }
+        if th.cp_from != u64::MAX {
+            assert!(
+                matches!(
+                    kind_at(th.cp_from),
+                    PlanKind::ContextParallel | PlanKind::ContextParallelWide
+                ),
+                "{n}x{t}: {th:?}"
+            );
+            assert!(th.cp_l_lo >= 1 && th.cp_l_hi >= th.cp_l_lo, "{th:?}");
+        }
+    }
+}
+
+#[test]
+fn forced_routes_launch_every_candidate() {
+    let s = blind(57, 8000, 8);
+    for route in DeviceRoute::FORCED {
+        let p = choose_prefill(&s, &H200, Some(route.override_name())).unwrap();
+        let PrefillPlan::Device {
+            fused,
+            prep,
+            walk,
+            cp,
+            thresholds: th,
+            ..
+        } = &p
+        else {
+            panic!("{route:?}: {}", p.label())
+        };
+        assert!(
+            fused.is_some() && prep.is_some() && walk.is_some() && cp.is_some(),
+            "{route:?}"
+        );
+        assert!(
+            p.label().starts_with(route.override_name()),
+            "{}",
+            p.label()
+        );
+        // every call goes to the route's launch
+        for x in [0u64, 1, 140, 8000] {
+            let (fused_runs, cp_runs) = (x < th.run_from, x >= th.cp_from && x >= th.run_from);
+            match route {
+                DeviceRoute::Fused => assert!(fused_runs),
+                DeviceRoute::Chunk64 => assert!(!fused_runs && !cp_runs),
+                DeviceRoute::Cp => assert!(!fused_runs && cp_runs),
+                DeviceRoute::Model => unreachable!(),
+            }
+        }
+        // the cp launches are sized for the smallest L the device takes
+        let [pass1, ..] = cp.as_ref().unwrap();
+        let g = registry::prefill64_seg_slots(8000, 57, th.cp_l_lo);
+        assert_eq!(pass1.grid.0 as u64, g, "{route:?}");
+    }
+    // the device reads at most DEVICE_PLAN_MAX_N lengths: a forced route past that is refused, naming why
+    let wide = blind(DEVICE_PLAN_MAX_N as usize + 1, 1 << 16, 8);
+    match choose_prefill(&wide, &H200, Some("device-cp")) {
+        Err(Rejection::Override { problem, .. }) => {
+            assert!(problem.contains("at most"), "{problem}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_device_plan_is_chosen_by_expected_cost() {
+    // where it is chosen, its expected µs under the prior beats the host's equal-length plan
+    for (n, t) in [
+        (40usize, 8192usize),
+        (12, 8192),
+        (4, 2564),
+        (32, 8192),
+        (64, 65_536),
+    ] {
+        let s = blind(n, t, 8);
+        let p = choose_prefill(&s, &H200, None).unwrap();
+        let host = choose_prefill(&s, &H200, Some("host")).unwrap();
+        if p.kind() == PlanKind::Device {
+            let (dev, h) = (
+                device_plan::expected_us(&s, &p, 132),
+                device_plan::expected_us(&s, &host, 132),
+            );
+            assert!(dev < h, "{n}x{t}: device {dev:.1} vs host {h:.1}");
+        }
+        // and it is remembered: the same call gets the same plan
+        assert_eq!(choose_prefill(&s, &H200, None).unwrap(), p);
+    }
+}
+
+#[test]
+fn every_route_plans_edge_shapes() {
+    // what `gdn check` forces on its prefill cases: empty calls, one sequence, zero-length sequences, odd heads
+    let shapes = [1usize, 2, 5, 57].into_iter().flat_map(|n| {
+        [0usize, 1, 63, 64, 65, 137, 4096, 8490]
+            .into_iter()
+            .flat_map(move |t| {
+                [1usize, 2, 3, 6, 8, 16, 64]
+                    .into_iter()
+                    .map(move |hv| (n, t, hv))
+            })
+    });
+    for (n, t, hv) in shapes {
+        let mut s = blind(n, t, hv);
+        if n == 2 {
+            s.state = StateDtype::BF16;
+        }
+        for route in [
+            DeviceRoute::Model,
+            DeviceRoute::Fused,
+            DeviceRoute::Chunk64,
+            DeviceRoute::Cp,
+        ] {
+            match choose_prefill(&s, &H200, Some(route.override_name())) {
+                Ok(p) => assert_eq!(p.kind(), PlanKind::Device),
+                // (a forced cp route's workspace can pass the cap, as a forced cp plan's does: refused, saying so)
+                Err(Rejection::Workspace { .. }) => assert!(route != DeviceRoute::Model),
+                Err(e) => panic!("{n}x{t} hv {hv} {route:?}: {e}"),
+            }
+        }
+    }
+}
