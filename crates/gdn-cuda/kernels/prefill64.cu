@@ -39,7 +39,7 @@
 // v14 (session 23, results/prefill_s23.md): the device plan's build (GDN_DEVICE_PLAN, Prefill64PlanParams; the default
 // build is unchanged, SASS identical): for calls without a length hint, each kernel reads the longest sequence from
 // cu_seqlens and runs the call as chunk64 or cp (its segment length chosen on the device) or exits. H200, gdn bench
-// without the hint: contest-like mix 3703 -> 2978 us (hinted 2750).
+// without the hint: contest-like mix 3730 -> 3003 us (hinted 2778).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
