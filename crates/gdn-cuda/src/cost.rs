@@ -330,11 +330,23 @@ pub const MIN_SEG_CHUNKS: u64 = 4;
 /// The cheapest automatic cp plan of each walk form for `s` (forms where no segment count meets the limits
 /// left out), cheapest first.
 pub fn cp_candidates(s: &Shape, sms: u64) -> Vec<CpEstimate> {
+    // Only the segment counts that can meet the limits are estimated (session 23: every call of the policy asked for
+    // all 2 x 62, ~8 us of host time per prefill call, twice per Python call). G and L = ceil(chunks / G) determine
+    // each other's effect: one estimate per distinct L, none once L < MIN_SEG_CHUNKS or pass 3's wave is full (both
+    // only get worse as G grows). The same estimates as the full sweep (tests/cost.rs checks it).
+    let nch = Lengths::of(s).longest.div_ceil(CHUNK64 as u64).max(1);
     let mut out: Vec<CpEstimate> = WALK_FORMS
         .iter()
         .filter_map(|form| {
+            let chains = Lengths::of(s).long_seqs * s.num_v_heads as u64 * form.ctas_per_head();
+            let mut last = 0;
             (MIN_SEGMENTS..=MAX_SEGMENTS)
-                .map(|g| cp_us(s, g, form, sms))
+                .map_while(|g| {
+                    let l = nch.div_ceil(g);
+                    (l >= MIN_SEG_CHUNKS && chains * (nch.div_ceil(l) - 1) <= sms).then_some((g, l))
+                })
+                .filter(|&(_, l)| std::mem::replace(&mut last, l) != l)
+                .map(|(g, _)| cp_us(s, g, form, sms))
                 .filter(|e| {
                     e.segments >= MIN_SEGMENTS
                         && e.seg_chunks >= MIN_SEG_CHUNKS

@@ -283,3 +283,42 @@ fn lengths_clamp_the_hint() {
         (1, 128, 0.0, 0.0)
     );
 }
+
+#[test]
+fn cp_candidates_match_the_full_sweep() {
+    // the pruned sweep (session 23) gives what estimating every segment count gave
+    let naive = |s: &Shape| -> Vec<cost::CpEstimate> {
+        let mut out: Vec<cost::CpEstimate> = cost::WALK_FORMS
+            .iter()
+            .filter_map(|form| {
+                (cost::MIN_SEGMENTS..=cost::MAX_SEGMENTS)
+                    .map(|g| cost::cp_us(s, g, form, 132))
+                    .filter(|e| {
+                        e.segments >= cost::MIN_SEGMENTS
+                            && e.seg_chunks >= cost::MIN_SEG_CHUNKS
+                            && e.chains * (e.segments - 1) + e.rest_ctas <= 132
+                            && e.chains * (2 * e.segments - 3) + 2 * e.rest_ctas <= 2 * 132
+                    })
+                    .min_by(|a, b| a.us.total_cmp(&b.us))
+            })
+            .collect();
+        out.sort_by(|a, b| a.us.total_cmp(&b.us));
+        out
+    };
+    let mut n_checked = 0;
+    for n in [1usize, 2, 3, 5, 12, 40, 64] {
+        for t in [
+            64usize, 700, 767, 768, 1024, 2413, 4380, 8192, 16_384, 65_536, 200_000,
+        ] {
+            for hint in [0, t / 2, t] {
+                let mut s = shape(t, n, hint);
+                for hv in [8usize, 2, 32] {
+                    s.num_v_heads = hv;
+                    assert_eq!(cost::cp_candidates(&s, 132), naive(&s), "{s:?}");
+                    n_checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(n_checked, 7 * 11 * 3 * 3);
+}
