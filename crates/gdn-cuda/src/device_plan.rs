@@ -113,10 +113,10 @@ fn is_cp(k: PlanKind) -> bool {
     matches!(k, PlanKind::ContextParallel | PlanKind::ContextParallelWide)
 }
 
-/// An x in (lo, hi] with `pred(x)` and within one 64-token chunk of the smallest, given !pred(lo) and pred(hi)
-/// (bisection; pred taken as monotonic).
+/// An x in (lo, hi] with `pred(x)` and within one 64-token chunk or 1/16 of the smallest, given !pred(lo) and
+/// pred(hi) (bisection; pred taken as monotonic).
 fn first_true(mut lo: u64, mut hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
-    while hi - lo > registry::prefill64::CHUNK {
+    while hi - lo > registry::prefill64::CHUNK.max(lo / 16) {
         let mid = lo + (hi - lo) / 2;
         if pred(mid) {
             hi = mid;
@@ -291,21 +291,31 @@ pub fn estimate(s: &Shape, plan: &PrefillPlan, sms: u64) -> f64 {
     }
 }
 
-/// Calls without a hint whose device-plan decision is remembered (a pure function of the shape and device, ~0.5 ms
-/// of cost-model queries on the host; the table is cleared when full).
+/// Calls without a hint whose device-plan decision is remembered (a pure function of the shape and device: 30–100 µs
+/// of cost-model queries on the host; the table is cleared when full), with T rounded down to 5 significant bits
+/// (`token_bucket`: steps of 1/32 to 1/16, within the thresholds' own precision), so that a serving engine whose T
+/// changes every call still mostly hits it.
 const MEMO_ENTRIES: usize = 4096;
+
+fn token_bucket(t: usize) -> usize {
+    if t < 32 {
+        return t;
+    }
+    let shift = usize::BITS - t.leading_zeros() - 5;
+    (t >> shift) << shift
+}
 type MemoKey = (usize, usize, usize, usize, StateDtype, DeviceCaps);
 static MEMO: OnceLock<Mutex<HashMap<MemoKey, Option<Thresholds>>>> = OnceLock::new();
 
-/// The automatic device plan for a call without a length hint, when it can pay (see the module comment);
-/// `blind` is the plan the host would run otherwise.
-pub fn automatic(s: &Shape, caps: &DeviceCaps, blind: &PrefillPlan) -> Option<PrefillPlan> {
+/// The automatic device plan for a call without a length hint, when it can pay (see the module comment; the
+/// thresholds are those of T's bucket, `token_bucket`; the launches are sized for the call's own T).
+pub fn automatic(s: &Shape, caps: &DeviceCaps) -> Option<PrefillPlan> {
     let n = s.num_seqs as u64;
     if s.max_seq_len != 0 || !(2..=DEVICE_PLAN_MAX_N).contains(&n) || s.total_tokens == 0 {
         return None;
     }
     let key = (
-        s.total_tokens,
+        token_bucket(s.total_tokens),
         s.num_seqs,
         s.num_q_heads,
         s.num_v_heads,
@@ -321,7 +331,13 @@ pub fn automatic(s: &Shape, caps: &DeviceCaps, blind: &PrefillPlan) -> Option<Pr
     let th = match known {
         Some(th) => th,
         None => {
-            let th = choose_thresholds(s, caps, blind);
+            let rep = Shape {
+                total_tokens: key.0,
+                ..s.clone()
+            };
+            let th = policy::choose_prefill(&rep, caps, Some(policy::HOST_PLAN_OVERRIDE))
+                .ok()
+                .and_then(|blind| choose_thresholds(&rep, caps, &blind));
             let mut m = memo.lock().unwrap_or_else(|e| e.into_inner());
             if m.len() >= MEMO_ENTRIES {
                 m.clear();

@@ -736,7 +736,7 @@ pub fn choose_prefill(
     check_call(s, caps)?;
     let Some(name) = force else {
         let plan = automatic_prefill(s, caps)?;
-        return Ok(device_plan::automatic(s, caps, &plan).unwrap_or(plan));
+        return Ok(device_plan::automatic(s, caps).unwrap_or(plan));
     };
     if name == HOST_PLAN_OVERRIDE {
         return automatic_prefill(s, caps);

@@ -266,3 +266,18 @@ fn every_route_plans_edge_shapes() {
         }
     }
 }
+
+#[test]
+fn nearby_token_counts_share_thresholds() {
+    // T in one bucket (5 significant bits) gets the bucket's thresholds, with launches sized for its own T
+    let a = choose_prefill(&blind(40, 8192, 8), &H200, None).unwrap();
+    let b = choose_prefill(&blind(40, 8192 + 200, 8), &H200, None).unwrap();
+    assert_eq!(thresholds(&a), thresholds(&b));
+    let (PrefillPlan::Device { prep: Some(pa), .. }, PrefillPlan::Device { prep: Some(pb), .. }) =
+        (&a, &b)
+    else {
+        panic!("{} / {}", a.label(), b.label())
+    };
+    assert_eq!(pa.grid.0 as u64, registry::prefill64_slots(8192, 40) * 8);
+    assert_eq!(pb.grid.0 as u64, registry::prefill64_slots(8392, 40) * 8);
+}
