@@ -224,6 +224,8 @@ pub const EXIT_WAVE_US: f64 = 0.8;
 const SM_SMEM_BYTES: u64 = 233_472;
 const CTA_SMEM_RESERVED: u64 = 1024;
 
+/// The µs launch `c` costs when every CTA exits at once: its waves (CTAs over `sms` times the CTAs an SM holds by
+/// shared memory and threads) times `EXIT_WAVE_US`.
 pub fn exit_us(c: &Choice, sms: u64) -> f64 {
     let per_sm = (SM_SMEM_BYTES / (c.dyn_smem as u64 + CTA_SMEM_RESERVED))
         .min(2048 / c.block.max(1) as u64)
