@@ -352,6 +352,38 @@ def test_prefill_workspace_plan_graph_capture(plan, lens, HV, seeds):
     close(new_state, rs, f"new_state ({plan}, graph replay)", PREFILL_STATE_L2)
 
 
+# The device plan inside a CUDA graph (session 23): captured with one split of 8192 tokens over 12 sequences, replayed
+# with others. Each launch decides from the cu_seqlens in memory at replay time. With the cost model of session 23 the
+# three splits take the fused, cp and chunk64 routes (longest 683, 5002, 1999 tokens); the results must match the
+# reference whichever route runs.
+def test_prefill_device_plan_graph_replay_with_other_lengths():
+    splits = ([683] * 11 + [679], [5002] + [290] * 11, [1999] + [563] * 11)
+    assert all(sum(l) == 8192 and len(l) == 12 for l in splits)
+    x = prefill_inputs(splits[0], 4, 8, seed=31)
+    out = torch.empty_like(x[2])
+    new_state = torch.empty_like(x[3])
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up off the capture (compiles the device-plan builds)
+        gdn.prefill(*x, output=out, new_state=new_state)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gdn.prefill(*x, output=out, new_state=new_state)
+    for i, lens in enumerate(splits):
+        y = prefill_inputs(lens, 4, 8, seed=32 + i)
+        for dst, src in zip(x, y):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        new_state.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ro, rs = ref_prefill(*y, None)
+        close(out, ro, f"output (device plan, split {i}, graph replay)", OUT_L2)
+        close(new_state, rs, f"new_state (device plan, split {i}, graph replay)", PREFILL_STATE_L2)
+
+
 # ------------------------------------------------------------------ MTP
 @pytest.mark.parametrize("B", [1, 3, 33])
 @pytest.mark.parametrize("with_inter", [False, True])
