@@ -9,8 +9,10 @@
 //! How: the cost model is asked which plan it would pick if the longest sequence had X tokens, for X from the
 //! equal-length ceil(T/N) up to T (geometric samples, then bisection at each change of plan kind). Its answers are
 //! fused below `run_from`, chunk64 below `cp_from`, cp (or cp2) above; the device plan launches the candidates one
-//! after another — the fused kernel (`PrefillParams::run_below = run_from`), then the prefill64 prep, the chunk64
-//! walk and the cp passes (`Prefill64Params::plan_*`) — and every CTA reads X from `cu_seqlens`
+//! after another — the fused kernel (`PrefillPlanParams::run_below = run_from`), then the prefill64 prep, the chunk64
+//! walk and the cp passes (`Prefill64PlanParams::plan_*`), each from its file's device-plan build
+//! (`registry::device_plan_module`: the default builds keep ≤ 128-byte params and their code) — and every CTA reads X
+//! from `cu_seqlens`
 //! (`kernels/device_plan.cuh`, one warp, N ≤ `DEVICE_PLAN_MAX_N`) and exits unless the call is its launch's. The cp
 //! launches are sized for the shortest cp segment length the device can choose (`cp_l_lo`, the model's L at X =
 //! cp_from); the device interpolates L linearly in X up to the model's L at X = T (`cp_l_hi`), so the grids and
