@@ -735,8 +735,11 @@ pub fn choose_prefill(
     debug_assert_eq!(s.op, Op::Prefill, "choose_prefill takes prefill shapes");
     check_call(s, caps)?;
     let Some(name) = force else {
-        let plan = automatic_prefill(s, caps)?;
-        return Ok(device_plan::automatic(s, caps).unwrap_or(plan));
+        // (the device plan first: a remembered decision needs no host plan)
+        return match device_plan::automatic(s, caps) {
+            Some(plan) => Ok(plan),
+            None => automatic_prefill(s, caps),
+        };
     };
     if name == HOST_PLAN_OVERRIDE {
         return automatic_prefill(s, caps);

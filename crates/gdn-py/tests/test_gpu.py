@@ -210,20 +210,26 @@ def test_decode_in_place():
     close(st, rs, "new_state (in place)", F32_L2)
 
 
+def captured(call):
+    """A CUDA graph of `call`, after one warm-up run off the capture (it loads / compiles the kernels)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    return graph
+
+
 def test_cuda_graph_capture_and_replay():
     B = 33
     x = decode_inputs(B, 4, 8, seed=5)
     out = torch.empty(B, 1, 8, D, dtype=torch.bfloat16, device=dev)
     new_state = torch.empty(B, 8, D, D, device=dev)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up (loads the kernels) off the capture
-        gdn.decode(*x, output=out, new_state=new_state)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gdn.decode(*x, output=out, new_state=new_state)
+    graph = captured(lambda: gdn.decode(*x, output=out, new_state=new_state))
     for seed in (6, 7):  # new inputs copied into the captured buffers, then replay
         y = decode_inputs(B, 4, 8, seed=seed)
         for dst, src in zip(x, y):
@@ -333,15 +339,7 @@ def test_prefill_workspace_plan_graph_capture(plan, lens, HV, seeds):
     x = prefill_inputs(lens, 1, HV, seed=seeds[0])
     out = torch.empty_like(x[2])
     new_state = torch.empty_like(x[3])
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up off the capture
-        gdn.prefill(*x, output=out, new_state=new_state)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gdn.prefill(*x, output=out, new_state=new_state)
+    graph = captured(lambda: gdn.prefill(*x, output=out, new_state=new_state))
     y = prefill_inputs(lens, 1, HV, seed=seeds[1])
     for dst, src in zip(x, y):
         dst.copy_(src)
@@ -362,15 +360,7 @@ def test_prefill_device_plan_graph_replay_with_other_lengths():
     x = prefill_inputs(splits[0], 4, 8, seed=31)
     out = torch.empty_like(x[2])
     new_state = torch.empty_like(x[3])
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up off the capture (compiles the device-plan builds)
-        gdn.prefill(*x, output=out, new_state=new_state)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gdn.prefill(*x, output=out, new_state=new_state)
+    graph = captured(lambda: gdn.prefill(*x, output=out, new_state=new_state))  # (compiles the device-plan builds)
     for i, lens in enumerate(splits):
         y = prefill_inputs(lens, 4, 8, seed=32 + i)
         for dst, src in zip(x, y):
