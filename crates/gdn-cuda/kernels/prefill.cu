@@ -58,6 +58,7 @@
 //                     78.5 -> 77.2, 1x1024 bv32 40.2 -> 39.2; bv16 even (1x1024 34.2 -> 34.3, 1x8192 246 -> 248).
 //     v12.4 (every tile): the device plan's build (GDN_DEVICE_PLAN, session 23; PrefillPlanParams): every warp first
 //                     reads the longest sequence's length from cu_seqlens and the CTA exits when it is >= run_below
+//                     (v12.5, session 24: or < run_from, so that two tiles can share the fused lengths)
 //                     (the prefill64 launches of the same call run it). The default build is unchanged.
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
@@ -117,9 +118,14 @@ struct PrefillParams {
 // call only when its longest sequence has fewer tokens (else the prefill64 launches of the same call run it and every
 // CTA here exits at once); < 0: never (a test route). A build of its own so that host-planned calls keep the 112-byte
 // params and the code they had (a longer struct changed ptxas's code for prefill64's walks, +5%).
+// v12.5 (session 24): and run_from: the kernel also exits when the longest sequence has fewer tokens than that. A
+// device plan may launch two tiles, a wide one for near-equal lengths (X < tile_from: bv128 keeps one chain per
+// (sequence, head)) and a narrow one for skewed calls (tile_from <= X < run_from: bv64's chain per chunk is shorter,
+// and the longest sequence's chain is the call's time). 128 bytes: the size the hot kernels' params keep to.
 struct PrefillPlanParams {
     PrefillParams p;               //   0
     i64 run_below;                 // 112
+    i64 run_from;                  // 120
 };
 
 namespace gdn_prefill {
@@ -1264,11 +1270,13 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         NAME(const PrefillParams p) {                                                                       \
         gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(p);                          \
     }
-#else  // the device plan's build: exit unless the longest sequence is shorter than run_below (nothing written yet)
+#else  // the device plan's build: exit unless run_from <= the longest sequence < run_below (nothing written yet)
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
     extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)            \
         NAME(const PrefillPlanParams pp) {                                                                  \
-        if (pp.run_below < 0 || longest_seq(pp.p.cu_seqlens, pp.p.num_seqs) >= pp.run_below) return;        \
+        if (pp.run_below < 0) return;                                                                       \
+        const i64 longest = longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);                                   \
+        if (longest >= pp.run_below || longest < pp.run_from) return;                                      \
         gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(pp.p);                       \
     }
 #endif

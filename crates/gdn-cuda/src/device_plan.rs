@@ -9,7 +9,8 @@
 //! How: the cost model is asked which plan it would pick if the longest sequence had X tokens, for X from the
 //! equal-length ceil(T/N) up to T (geometric samples, then bisection at each change of plan kind). Its answers are
 //! fused below `run_from`, chunk64 below `cp_from`, cp (or cp2) above; the device plan launches the candidates one
-//! after another — the fused kernel (`PrefillPlanParams::run_below = run_from`), then the prefill64 prep, the chunk64
+//! after another — the fused kernel (`PrefillPlanParams::run_below = run_from`; session 24: two fused tiles where the
+//! model's tile changes below `run_from`, the second from `tile_from`), then the prefill64 prep, the chunk64
 //! walk and the cp passes (`Prefill64PlanParams::plan_*`), each from its file's device-plan build
 //! (`registry::device_plan_module`: the default builds keep ≤ 128-byte params and their code) — and every CTA reads X
 //! from `cu_seqlens`
@@ -41,43 +42,48 @@ pub const DEVICE_PLAN_SAMPLES: u32 = 16;
 pub enum DeviceRoute {
     Model,
     Fused,
+    /// The second fused tile (the one for skewed calls, from `Thresholds::tile_from`).
+    FusedSkew,
     Chunk64,
     Cp,
 }
 
 impl DeviceRoute {
     /// The routes `gdn check` forces, one run each.
-    pub const FORCED: [DeviceRoute; 3] =
-        [DeviceRoute::Fused, DeviceRoute::Chunk64, DeviceRoute::Cp];
+    pub const FORCED: [DeviceRoute; 4] = [
+        DeviceRoute::Fused,
+        DeviceRoute::FusedSkew,
+        DeviceRoute::Chunk64,
+        DeviceRoute::Cp,
+    ];
 
     /// The override (`GDN_KERNEL`) that forces this route.
     pub fn override_name(self) -> &'static str {
         match self {
             DeviceRoute::Model => "device",
             DeviceRoute::Fused => "device-fused",
+            DeviceRoute::FusedSkew => "device-fused-skew",
             DeviceRoute::Chunk64 => "device-chunk64",
             DeviceRoute::Cp => "device-cp",
         }
     }
 
     pub fn from_override(name: &str) -> Option<DeviceRoute> {
-        [
-            DeviceRoute::Model,
-            DeviceRoute::Fused,
-            DeviceRoute::Chunk64,
-            DeviceRoute::Cp,
-        ]
-        .into_iter()
-        .find(|r| r.override_name() == name)
+        std::iter::once(DeviceRoute::Model)
+            .chain(DeviceRoute::FORCED)
+            .find(|r| r.override_name() == name)
     }
 }
 
 /// The thresholds the kernels compare the longest sequence's length X (tokens) with.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Thresholds {
-    /// The fused launch runs the call when X < run_from, the prefill64 launches when X >= run_from (0: the fused
-    /// launch never runs; u64::MAX: only it runs).
+    /// The fused launches run the call when X < run_from, the prefill64 launches when X >= run_from (0: the fused
+    /// launches never run; u64::MAX: only they run).
     pub run_from: u64,
+    /// Below run_from: the first fused tile when X < tile_from, the second (`PrefillPlan::Device::fused_skew`, a
+    /// narrower tile for skewed lengths) from tile_from (u64::MAX: one tile).
+    pub tile_from: u64,
     /// The cp plan when X >= cp_from, else chunk64 (u64::MAX: never cp).
     pub cp_from: u64,
     /// cp: chunks per segment L at X = cp_from (the smallest the device takes: the cp launches are sized for it)
@@ -109,6 +115,14 @@ fn pick_at(s: &Shape, caps: &DeviceCaps, x: u64) -> Result<PrefillPlan, Rejectio
         ..s.clone()
     };
     policy::choose_prefill(&hinted, caps, None)
+}
+
+/// The fused tile (CTAs per value head) of a fused plan.
+fn fused_tile(p: &PrefillPlan) -> Option<u32> {
+    match p {
+        PrefillPlan::Fused { variant } => Some(variant.variant.ctas_per_head),
+        _ => None,
+    }
 }
 
 fn is_cp(k: PlanKind) -> bool {
@@ -144,23 +158,38 @@ fn samples(t: u64, n: u64) -> Vec<u64> {
     xs
 }
 
-/// The model's thresholds for `s` (lengths unknown), or None when its plan kind is the same for every longest
-/// length (nothing to decide on the device).
+/// The model's thresholds for `s` (lengths unknown), or None when its plan (kind, and fused tile) is the same for
+/// every longest length (nothing to decide on the device).
 pub fn model_thresholds(s: &Shape, caps: &DeviceCaps) -> Option<Thresholds> {
     let (t, n) = (s.total_tokens as u64, s.num_seqs as u64);
     if t == 0 || n == 0 {
         return None;
     }
     let xs = samples(t, n);
-    let kinds: Vec<PlanKind> = xs
+    let picks: Vec<PrefillPlan> = xs
         .iter()
-        .map(|&x| pick_at(s, caps, x).map(|p| p.kind()))
+        .map(|&x| pick_at(s, caps, x))
         .collect::<Result<_, _>>()
         .ok()?;
-    if kinds.iter().all(|k| *k == kinds[0]) {
+    let kinds: Vec<PlanKind> = picks.iter().map(|p| p.kind()).collect();
+    let tiles: Vec<Option<u32>> = picks.iter().map(fused_tile).collect();
+    if kinds.iter().all(|k| *k == kinds[0]) && tiles.iter().all(|v| *v == tiles[0]) {
         return None;
     }
     let kind_at = |x: u64| pick_at(s, caps, x).map_or(PlanKind::Fused, |p| p.kind());
+    // the second fused tile: from the first length whose fused pick has another tile than the equal lengths' one
+    let tile_from = match tiles[0] {
+        None => u64::MAX,
+        Some(t0) => {
+            let other = |v: Option<u32>| v.is_some_and(|v| v != t0);
+            match tiles.iter().position(|v| other(*v)) {
+                None => u64::MAX,
+                Some(i) => first_true(xs[i - 1], xs[i], |x| {
+                    other(pick_at(s, caps, x).ok().as_ref().and_then(fused_tile))
+                }),
+            }
+        }
+    };
     // the first sample of each change; bisection between it and the sample before
     let boundary = |want: &dyn Fn(PlanKind) -> bool| -> u64 {
         match kinds.iter().position(|k| want(*k)) {
@@ -170,6 +199,11 @@ pub fn model_thresholds(s: &Shape, caps: &DeviceCaps) -> Option<Thresholds> {
         }
     };
     let run_from = boundary(&|k| k != PlanKind::Fused);
+    let tile_from = if tile_from < run_from {
+        tile_from
+    } else {
+        u64::MAX
+    };
     let cp_from = boundary(&|k| is_cp(k)).max(run_from);
     let (mut cp_l_lo, mut cp_l_hi, mut warpgroups) = (1, 1, 1);
     if cp_from != u64::MAX {
@@ -195,6 +229,7 @@ pub fn model_thresholds(s: &Shape, caps: &DeviceCaps) -> Option<Thresholds> {
     }
     Some(Thresholds {
         run_from,
+        tile_from,
         cp_from,
         cp_l_lo,
         cp_l_hi,
@@ -226,13 +261,17 @@ pub const EXIT_WAVE_US: f64 = 0.8;
 const SM_SMEM_BYTES: u64 = 233_472;
 const CTA_SMEM_RESERVED: u64 = 1024;
 
-/// The µs launch `c` costs when every CTA exits at once: its waves (CTAs over `sms` times the CTAs an SM holds by
-/// shared memory and threads) times `EXIT_WAVE_US`.
-pub fn exit_us(c: &Choice, sms: u64) -> f64 {
-    let per_sm = (SM_SMEM_BYTES / (c.dyn_smem as u64 + CTA_SMEM_RESERVED))
+/// The CTAs an SM holds of launch `c`, by shared memory and threads.
+fn resident_per_sm(c: &Choice) -> u64 {
+    (SM_SMEM_BYTES / (c.dyn_smem as u64 + CTA_SMEM_RESERVED))
         .min(2048 / c.block.max(1) as u64)
-        .clamp(1, 32);
-    EXIT_WAVE_US * c.ctas().div_ceil(sms.max(1) * per_sm) as f64
+        .clamp(1, 32)
+}
+
+/// The µs launch `c` costs when every CTA exits at once: its waves (CTAs over `sms` times `resident_per_sm`) times
+/// `EXIT_WAVE_US`.
+pub fn exit_us(c: &Choice, sms: u64) -> f64 {
+    EXIT_WAVE_US * c.ctas().div_ceil(sms.max(1) * resident_per_sm(c)) as f64
 }
 
 /// The estimate of `plan` when the longest sequence has the length `s` hints: the host plans' own (`estimate`); a
@@ -240,6 +279,7 @@ pub fn exit_us(c: &Choice, sms: u64) -> f64 {
 fn cost_at(s: &Shape, plan: &PrefillPlan, sms: u64) -> f64 {
     let PrefillPlan::Device {
         fused,
+        fused_skew,
         prep,
         walk,
         cp,
@@ -254,19 +294,25 @@ fn cost_at(s: &Shape, plan: &PrefillPlan, sms: u64) -> f64 {
         launches.map(|c| exit_us(c, sms)).sum::<f64>()
     };
     let cps = cp.iter().flatten();
+    let fuseds = fused.iter().chain(fused_skew);
     if x < th.run_from {
-        let bv = fused
+        let (runs, other) = if x < th.tile_from {
+            (fused, fused_skew)
+        } else {
+            (fused_skew, fused)
+        };
+        let bv = runs
             .as_ref()
             .map_or(16, |f| HEAD_DIM / f.variant.ctas_per_head);
-        cost::fused_us(s, bv, sms) + exits(&mut prep.iter().chain(walk).chain(cps))
+        cost::fused_us(s, bv, sms) + exits(&mut other.iter().chain(prep).chain(walk).chain(cps))
     } else if x < th.cp_from {
-        cost::cp_us(s, 1, &cost::WALK_FORMS[0], sms).us + exits(&mut fused.iter().chain(cps))
+        cost::cp_us(s, 1, &cost::WALK_FORMS[0], sms).us + exits(&mut fuseds.chain(cps))
     } else {
         let l = th.seg_chunks_at(x, s.total_tokens as u64);
         let g = x.div_ceil(registry::prefill64::CHUNK).div_ceil(l).max(1);
         let us =
             cost::walk_form(th.warpgroups).map_or(f64::INFINITY, |f| cost::cp_us(s, g, f, sms).us);
-        us + exits(&mut fused.iter().chain(walk))
+        us + exits(&mut fuseds.chain(walk))
     }
 }
 
@@ -353,8 +399,8 @@ pub fn automatic(s: &Shape, caps: &DeviceCaps) -> Option<PrefillPlan> {
     build(s, caps, th?, DeviceRoute::Model).ok()
 }
 
-/// The model's thresholds, with or without the cp launches, when one of those device plans has a smaller expected
-/// cost than `blind` under the prior; None: keep the host's plan.
+/// The model's thresholds, with or without the cp launches and the second fused tile, when one of those device plans
+/// has a smaller expected cost than `blind` under the prior; None: keep the host's plan.
 fn choose_thresholds(s: &Shape, caps: &DeviceCaps, blind: &PrefillPlan) -> Option<Thresholds> {
     let sms = (caps.sm_count as u64).max(1);
     let th = model_thresholds(s, caps)?;
@@ -362,9 +408,22 @@ fn choose_thresholds(s: &Shape, caps: &DeviceCaps, blind: &PrefillPlan) -> Optio
         cp_from: u64::MAX,
         ..th
     };
+    let one_tile = |t: Thresholds| Thresholds {
+        tile_from: u64::MAX,
+        ..t
+    };
     let mut best: (Option<Thresholds>, f64) = (None, expected_us(s, blind, sms));
-    for t in [th, no_cp] {
+    // One fused tile only, for now. Session 24 (H200): a second tile never paid where it was measured — on the
+    // contest-like mix's skewed 8192-token calls its exit waves (bv64: 2·N·HV CTAs, one per SM) cost about what the
+    // narrower tile gains, and on two short calls the model picked it and they measured +2–3 µs. The launches, the
+    // route and their checks stay (`DeviceRoute::FusedSkew`), for when exits are cheaper.
+    for t in [one_tile(th), one_tile(no_cp)] {
         if let Ok(plan) = build(s, caps, t, DeviceRoute::Model) {
+            // one fused launch and nothing else: the host's fused plan without the length read (session 24: such
+            // plans, on another tile, measured +2–3 µs on prefill_36 / prefill_75)
+            if plan.launches().len() < 2 {
+                continue;
+            }
             let us = expected_us(s, &plan, sms);
             if us < best.1 {
                 best = (Some(t), us);
@@ -392,6 +451,7 @@ pub fn forced(s: &Shape, caps: &DeviceCaps, route: DeviceRoute) -> Result<Prefil
         let l = policy::cp_seg_chunks(s, policy::cp_forced_segments(s, sms, wg));
         Thresholds {
             run_from: 0,
+            tile_from: u64::MAX,
             cp_from: 0,
             cp_l_lo: l,
             cp_l_hi: 2 * l,
@@ -401,6 +461,7 @@ pub fn forced(s: &Shape, caps: &DeviceCaps, route: DeviceRoute) -> Result<Prefil
     let th = match route {
         DeviceRoute::Model => model_thresholds(s, caps).unwrap_or(Thresholds {
             run_from: u64::MAX,
+            tile_from: u64::MAX,
             cp_from: u64::MAX,
             cp_l_lo: 1,
             cp_l_hi: 1,
@@ -408,6 +469,11 @@ pub fn forced(s: &Shape, caps: &DeviceCaps, route: DeviceRoute) -> Result<Prefil
         }),
         DeviceRoute::Fused => Thresholds {
             run_from: u64::MAX,
+            ..cp_route(1)
+        },
+        DeviceRoute::FusedSkew => Thresholds {
+            run_from: u64::MAX,
+            tile_from: 0,
             ..cp_route(1)
         },
         DeviceRoute::Chunk64 => Thresholds {
@@ -420,8 +486,9 @@ pub fn forced(s: &Shape, caps: &DeviceCaps, route: DeviceRoute) -> Result<Prefil
 }
 
 /// The launches of a device plan with thresholds `th`: the fused kernel unless it never runs (or HV is odd: then
-/// the prefill64 launches take every call), the prep and the chunk64 walk unless cp takes every call, the cp
-/// passes unless they never run. A forced route keeps every launch (their exits are what it tests).
+/// the prefill64 launches take every call), the second fused tile where `tile_from` < `run_from`, the prep and the
+/// chunk64 walk unless cp takes every call, the cp passes unless they never run. A forced route keeps every launch
+/// (their exits are what it tests).
 fn build(
     s: &Shape,
     caps: &DeviceCaps,
@@ -436,16 +503,27 @@ fn build(
     let fused = if (th.run_from > 0 || forced) && !odd {
         let mut c = policy::choose(s, caps, None)?;
         if !forced {
-            c = fused_for(s, caps, th.run_from)?.unwrap_or(c);
+            c = fused_for(s, caps, 0, th.tile_from.min(th.run_from))?.unwrap_or(c);
         }
         Some(c)
     } else {
         None
     };
+    let fused_skew = match &fused {
+        Some(wide) if forced => Some(other_tile(s, caps, wide)?),
+        Some(wide) if th.tile_from < th.run_from => fused_for(s, caps, th.tile_from, th.run_from)?
+            .filter(|c| c.variant.name != wide.variant.name),
+        _ => None,
+    };
+    if fused_skew.is_none() {
+        th.tile_from = u64::MAX;
+    }
     let why = match route {
         DeviceRoute::Model => format!(
-            "device plan: the longest sequence decides (fused below {}, cp from {} tokens; lengths not hinted)",
+            "device plan: the longest sequence decides (fused below {} (a second tile from {}), cp from {} tokens; \
+             lengths not hinted)",
             show(th.run_from),
+            show(th.tile_from),
             show(th.cp_from)
         ),
         r => format!("device plan forced to its {} route", r.override_name()),
@@ -483,6 +561,7 @@ fn build(
     let prep = (th.run_from != u64::MAX || forced).then_some(prep);
     Ok(PrefillPlan::Device {
         fused,
+        fused_skew,
         prep,
         walk,
         cp,
@@ -492,14 +571,22 @@ fn build(
     })
 }
 
-/// The fused tile for the calls the fused launch keeps (longest sequence under `run_from` tokens): the smallest
-/// expected estimate under the prior restricted to those lengths.
-fn fused_for(s: &Shape, caps: &DeviceCaps, run_from: u64) -> Result<Option<Choice>, Rejection> {
+/// The fused tile for the calls a fused launch keeps (longest sequence of `from` up to `below` tokens): the smallest
+/// expected estimate under the prior restricted to those lengths (None: the prior puts no weight there).
+fn fused_for(
+    s: &Shape,
+    caps: &DeviceCaps,
+    from: u64,
+    below: u64,
+) -> Result<Option<Choice>, Rejection> {
     let sms = (caps.sm_count as u64).max(1);
     let kept: Vec<(Shape, f64)> = prior(s)
         .into_iter()
-        .filter(|(sx, _)| (cost::Lengths::of(sx).longest) < run_from)
+        .filter(|(sx, _)| (from..below).contains(&cost::Lengths::of(sx).longest))
         .collect();
+    if kept.is_empty() {
+        return Ok(None);
+    }
     let expected = |v: &registry::Variant| {
         kept.iter()
             .map(|(sx, w)| w * cost::fused_us(sx, HEAD_DIM / v.ctas_per_head, sms))
@@ -510,8 +597,24 @@ fn fused_for(s: &Shape, caps: &DeviceCaps, run_from: u64) -> Result<Option<Choic
         .min_by(|a, b| expected(a).total_cmp(&expected(b)));
     let Some(v) = best else { return Ok(None) };
     let mut c = policy::choose(s, caps, Some(v.name))?;
-    c.why = format!("device plan's fused launch: the best expected tile below {run_from} tokens");
+    c.why = format!(
+        "device plan's fused launch: the best expected tile from {from} to {} tokens",
+        show(below)
+    );
     Ok(Some(c))
+}
+
+/// A forced route's second fused tile: bv64 beside bv128, else bv128 (so both tiles' exits and runs are tested).
+fn other_tile(s: &Shape, caps: &DeviceCaps, wide: &Choice) -> Result<Choice, Rejection> {
+    let want = if wide.variant.ctas_per_head == 1 {
+        2
+    } else {
+        1
+    };
+    let v = registry::candidates(Family::Prefill, s.state)
+        .find(|v| v.ctas_per_head == want)
+        .expect("the registry has bv64 and bv128 prefill tiles");
+    policy::choose(s, caps, Some(v.name))
 }
 
 fn show(x: u64) -> String {

@@ -706,6 +706,7 @@ impl KernelSet {
             }
             PrefillPlan::Device {
                 fused,
+                fused_skew,
                 prep,
                 walk,
                 cp,
@@ -723,17 +724,20 @@ impl KernelSet {
                     })
                 };
                 // (the device plan's builds of the kernels: registry::device_plan_module)
-                if let Some(f) = fused {
-                    let params = PrefillPlanParams {
-                        p: args.params(),
-                        run_below: if th.run_from == 0 {
-                            -1
-                        } else {
-                            tokens(th.run_from)
-                        },
-                    };
-                    let p = &params as *const PrefillPlanParams as *mut c_void;
-                    self.launch_in(f, p, stream, true)?;
+                // the fused tiles: [0, tile_from) and [tile_from, run_from) (an empty range: never, run_below -1)
+                let tile_from = th.tile_from.min(th.run_from);
+                for (f, from, below) in
+                    [(fused, 0, tile_from), (fused_skew, tile_from, th.run_from)]
+                {
+                    if let Some(f) = f {
+                        let params = PrefillPlanParams {
+                            p: args.params(),
+                            run_below: if below <= from { -1 } else { tokens(below) },
+                            run_from: tokens(from),
+                        };
+                        let p = &params as *const PrefillPlanParams as *mut c_void;
+                        self.launch_in(f, p, stream, true)?;
+                    }
                 }
                 let params = Prefill64PlanParams {
                     p: args.params64(),

@@ -199,19 +199,22 @@ const _: () = {
     assert!(offset_of!(Prefill64Params, seg_chunks) == 124);
 };
 
-/// `struct PrefillPlanParams` of `kernels/prefill.cu`'s device-plan build (`GDN_DEVICE_PLAN`), 120 bytes: the
-/// params, then `run_below` (> 0: the fused kernel runs the call only when its longest sequence has fewer tokens;
-/// < 0: never; `device_plan.rs`).
+/// `struct PrefillPlanParams` of `kernels/prefill.cu`'s device-plan build (`GDN_DEVICE_PLAN`), 128 bytes: the
+/// params, then `run_below` and `run_from`: the fused kernel runs the call only when its longest sequence X has
+/// run_from <= X < run_below tokens (`run_below` < 0: never; `device_plan.rs`). 128 bytes at most: a longer params
+/// struct changed ptxas's code for the walks (results/prefill_s23.md §3).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PrefillPlanParams {
     pub p: PrefillParams,
     pub run_below: i64,
+    pub run_from: i64,
 }
 
 const _: () = {
-    assert!(size_of::<PrefillPlanParams>() == 120);
+    assert!(size_of::<PrefillPlanParams>() == 128);
     assert!(offset_of!(PrefillPlanParams, run_below) == 112);
+    assert!(offset_of!(PrefillPlanParams, run_from) == 120);
 };
 
 /// `struct Prefill64PlanParams` of `kernels/prefill64.cu`'s device-plan build, 152 bytes: the params (with

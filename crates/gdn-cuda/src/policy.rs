@@ -625,10 +625,12 @@ pub enum PrefillPlan {
         workspace_bytes: u64,
     },
     /// The device plan (`device_plan.rs`), in stream order: the fused kernel (absent when it never runs the call),
-    /// the prep (absent when only the fused launch can), the chunk64 walk (absent when cp takes every call the prep
-    /// does), cp pass 1, scan, pass 3 (absent when cp never runs); `thresholds` go to the kernels' params.
+    /// a second fused tile for skewed lengths (present when `thresholds.tile_from` < `run_from`), the prep (absent
+    /// when only the fused launches can), the chunk64 walk (absent when cp takes every call the prep does), cp pass
+    /// 1, scan, pass 3 (absent when cp never runs); `thresholds` go to the kernels' params.
     Device {
         fused: Option<Choice>,
+        fused_skew: Option<Choice>,
         prep: Option<Choice>,
         walk: Option<Choice>,
         cp: Option<[Choice; 3]>,
@@ -689,12 +691,14 @@ impl PrefillPlan {
             } => vec![prep, pass1, scan, pass3],
             PrefillPlan::Device {
                 fused,
+                fused_skew,
                 prep,
                 walk,
                 cp,
                 ..
             } => fused
                 .iter()
+                .chain(fused_skew)
                 .chain(prep)
                 .chain(walk)
                 .chain(cp.iter().flatten())
@@ -1055,13 +1059,14 @@ pub enum ForcedPlan {
 
 impl ForcedPlan {
     /// Every host plan, the device plan with the model's thresholds, and each of its forced routes.
-    pub const CHECKED: [ForcedPlan; 8] = [
+    pub const CHECKED: [ForcedPlan; 9] = [
         ForcedPlan::Kind(PlanKind::Fused),
         ForcedPlan::Kind(PlanKind::Chunk64),
         ForcedPlan::Kind(PlanKind::ContextParallel),
         ForcedPlan::Kind(PlanKind::ContextParallelWide),
         ForcedPlan::Device(device_plan::DeviceRoute::Model),
         ForcedPlan::Device(device_plan::DeviceRoute::Fused),
+        ForcedPlan::Device(device_plan::DeviceRoute::FusedSkew),
         ForcedPlan::Device(device_plan::DeviceRoute::Chunk64),
         ForcedPlan::Device(device_plan::DeviceRoute::Cp),
     ];

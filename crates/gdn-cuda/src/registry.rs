@@ -904,7 +904,7 @@ mod tests {
         assert!(dp.contains("(DEVICE_PLAN_MAX_N), 256>"));
         let wide_dp = checks_appendix(&PREFILL64_WIDE_DP);
         assert_eq!(wide_dp.matches("gdn_registry_check<").count(), 4 + 1 + 1);
-        assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 120>"));
+        assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 128>"));
         assert_eq!(
             modules()
                 .iter()

@@ -145,6 +145,7 @@ fn measured_choice(s: &Shape, row: &Row) -> (String, f64) {
         PrefillPlan::Chunk64 { .. } => ("chunk64".to_string(), row.5),
         PrefillPlan::Device {
             fused: f,
+            fused_skew: fs,
             prep,
             walk,
             cp: cps,
@@ -155,14 +156,21 @@ fn measured_choice(s: &Shape, row: &Row) -> (String, f64) {
             let exits =
                 |l: &mut dyn Iterator<Item = &Choice>| l.map(|c| exit_us(c, 132)).sum::<f64>();
             let ((label, us), exit) = if x < th.run_from {
-                let e = exits(&mut prep.iter().chain(walk).chain(cps.iter().flatten()));
-                (fused(128 / f.as_ref().unwrap().variant.ctas_per_head), e)
+                let (runs, other) = if x < th.tile_from { (f, fs) } else { (fs, f) };
+                let e = exits(
+                    &mut other
+                        .iter()
+                        .chain(prep)
+                        .chain(walk)
+                        .chain(cps.iter().flatten()),
+                );
+                (fused(128 / runs.as_ref().unwrap().variant.ctas_per_head), e)
             } else if x < th.cp_from {
-                let e = exits(&mut f.iter().chain(cps.iter().flatten()));
+                let e = exits(&mut f.iter().chain(fs).chain(cps.iter().flatten()));
                 (("chunk64".to_string(), row.5), e)
             } else {
                 let l = th.seg_chunks_at(x, row.1 as u64);
-                let e = exits(&mut f.iter().chain(walk));
+                let e = exits(&mut f.iter().chain(fs).chain(walk));
                 (
                     cp(
                         l,

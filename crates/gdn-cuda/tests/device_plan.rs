@@ -102,6 +102,7 @@ fn odd_value_heads_get_no_fused_launch() {
 fn segment_lengths_interpolate_from_the_sized_one() {
     let th = Thresholds {
         run_from: 500,
+        tile_from: u64::MAX,
         cp_from: 3000,
         cp_l_lo: 9,
         cp_l_hi: 13,
@@ -166,6 +167,7 @@ fn forced_routes_launch_every_candidate() {
         let p = choose_prefill(&s, &H200, Some(route.override_name())).unwrap();
         let PrefillPlan::Device {
             fused,
+            fused_skew,
             prep,
             walk,
             cp,
@@ -176,8 +178,17 @@ fn forced_routes_launch_every_candidate() {
             panic!("{route:?}: {}", p.label())
         };
         assert!(
-            fused.is_some() && prep.is_some() && walk.is_some() && cp.is_some(),
+            fused.is_some()
+                && fused_skew.is_some()
+                && prep.is_some()
+                && walk.is_some()
+                && cp.is_some(),
             "{route:?}"
+        );
+        // two different tiles
+        assert_ne!(
+            fused.as_ref().unwrap().variant.name,
+            fused_skew.as_ref().unwrap().variant.name
         );
         assert!(
             p.label().starts_with(route.override_name()),
@@ -187,8 +198,10 @@ fn forced_routes_launch_every_candidate() {
         // every call goes to the route's launch
         for x in [0u64, 1, 140, 8000] {
             let (fused_runs, cp_runs) = (x < th.run_from, x >= th.cp_from && x >= th.run_from);
+            let skew_runs = fused_runs && x >= th.tile_from;
             match route {
-                DeviceRoute::Fused => assert!(fused_runs),
+                DeviceRoute::Fused => assert!(fused_runs && !skew_runs),
+                DeviceRoute::FusedSkew => assert!(skew_runs),
                 DeviceRoute::Chunk64 => assert!(!fused_runs && !cp_runs),
                 DeviceRoute::Cp => assert!(!fused_runs && cp_runs),
                 DeviceRoute::Model => unreachable!(),
@@ -251,12 +264,7 @@ fn every_route_plans_edge_shapes() {
         if n == 2 {
             s.state = StateDtype::BF16;
         }
-        for route in [
-            DeviceRoute::Model,
-            DeviceRoute::Fused,
-            DeviceRoute::Chunk64,
-            DeviceRoute::Cp,
-        ] {
+        for route in std::iter::once(DeviceRoute::Model).chain(DeviceRoute::FORCED) {
             match choose_prefill(&s, &H200, Some(route.override_name())) {
                 Ok(p) => assert_eq!(p.kind(), PlanKind::Device),
                 // (a forced cp route's workspace can pass the cap, as a forced cp plan's does: refused, saying so)
