@@ -261,17 +261,13 @@ pub const EXIT_WAVE_US: f64 = 0.8;
 const SM_SMEM_BYTES: u64 = 233_472;
 const CTA_SMEM_RESERVED: u64 = 1024;
 
-/// The CTAs an SM holds of launch `c`, by shared memory and threads.
-fn resident_per_sm(c: &Choice) -> u64 {
-    (SM_SMEM_BYTES / (c.dyn_smem as u64 + CTA_SMEM_RESERVED))
-        .min(2048 / c.block.max(1) as u64)
-        .clamp(1, 32)
-}
-
-/// The µs launch `c` costs when every CTA exits at once: its waves (CTAs over `sms` times `resident_per_sm`) times
-/// `EXIT_WAVE_US`.
+/// The µs launch `c` costs when every CTA exits at once: its waves (CTAs over `sms` times the CTAs an SM holds by
+/// shared memory and threads) times `EXIT_WAVE_US`.
 pub fn exit_us(c: &Choice, sms: u64) -> f64 {
-    EXIT_WAVE_US * c.ctas().div_ceil(sms.max(1) * resident_per_sm(c)) as f64
+    let per_sm = (SM_SMEM_BYTES / (c.dyn_smem as u64 + CTA_SMEM_RESERVED))
+        .min(2048 / c.block.max(1) as u64)
+        .clamp(1, 32);
+    EXIT_WAVE_US * c.ctas().div_ceil(sms.max(1) * per_sm) as f64
 }
 
 /// The estimate of `plan` when the longest sequence has the length `s` hints: the host plans' own (`estimate`); a
