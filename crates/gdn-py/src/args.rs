@@ -7,6 +7,7 @@
 //! values that always pass). The caller checks the real values afterwards where they are on the host
 //! ([`crate::host`]); for CUDA tensors they are not checked (that would need a device-to-host copy and a sync).
 
+use crate::objects::ints;
 use gdn_core::definition::TensorSpec;
 use gdn_core::{
     DType, Data, Definition, GdnError, Heads, MtpMode, Op, Problem, RunOptions, Tensor, TensorMap,
@@ -15,21 +16,11 @@ use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyVal
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-/// `(address, shape, element strides, dtype name, device)` as built by `gdn._desc`; device -1 = host,
+/// `(address, shape, element strides, dtype name, device)` as built by `gdn._desc` (or, for torch CUDA tensors,
+/// by [`crate::objects`]); device -1 = host,
 /// n >= 0 = CUDA device n. A stride of -1 means "not a whole number of elements" (never contiguous).
 #[derive(Clone, Debug)]
 pub struct Desc(pub u64, pub Vec<usize>, pub Vec<i64>, pub String, pub i64);
-
-/// Integers of a tuple (torch.Size and NumPy shapes are tuples), read item by item: much cheaper than the
-/// generic sequence extraction under the stable ABI.
-fn ints<T: for<'a, 'py> FromPyObject<'a, 'py>>(t: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
-    let t = t.cast::<PyTuple>()?;
-    let mut v = Vec::with_capacity(t.len());
-    for i in 0..t.len() {
-        v.push(t.get_item(i)?.extract().map_err(Into::into)?);
-    }
-    Ok(v)
-}
 
 impl<'a, 'py> FromPyObject<'a, 'py> for Desc {
     type Error = PyErr;
@@ -176,11 +167,11 @@ fn is_contiguous(shape: &[usize], strides: &[i64]) -> bool {
 
 /// Dtype, device, contiguity and alignment of one tensor argument; returns its device.
 pub fn check_tensor(op: Op, name: &str, d: &Desc, want: &[DType]) -> Result<Device, ArgError> {
-    let f = format!("gdn.{}", op.name());
     let Some(dt) = d.dtype().filter(|t| want.contains(t)) else {
         let names: Vec<&str> = want.iter().map(|t| t.name()).collect();
         return Err(ArgError::Type(format!(
-            "{f}: argument '{name}': expected dtype {}, got {}",
+            "gdn.{}: argument '{name}': expected dtype {}, got {}",
+            op.name(),
             names.join(" or "),
             d.3
         )));
@@ -247,6 +238,7 @@ pub fn check_inputs(
         _ => return Err(value(op, "q", "q, k and v are required")),
     };
     let def = Definition::new(op, heads_of(op, q, v)?);
+    let q_rows = q.1[0];
     let specs: Vec<TensorSpec> = def
         .inputs()
         .into_iter()
@@ -260,24 +252,21 @@ pub fn check_inputs(
             given.len()
         )));
     }
-    let find = |n: &str| {
-        specs
-            .iter()
-            .position(|s| s.name == n)
-            .and_then(|i| given[i].as_ref())
-    };
+    let distinct = specs
+        .iter()
+        .zip(&given)
+        .any(|(s, d)| s.name == "intermediate_states_buffer" && d.is_some());
     let mut device: Option<(Device, &str)> = None;
-    let mut inputs = Vec::new();
+    let mut inputs = Vec::with_capacity(specs.len());
     let mut stand_ins = TensorMap::new();
-    let distinct = find("intermediate_states_buffer").is_some();
-    for (s, d) in specs.iter().zip(&given) {
+    for (s, d) in specs.iter().zip(given) {
         let Some(d) = d else {
             if !s.optional {
                 return Err(value(op, s.name, "is required (got None)"));
             }
             continue;
         };
-        let dev = check_tensor(op, s.name, d, &allowed(&def, s))?;
+        let dev = check_tensor(op, s.name, &d, &allowed(&def, s))?;
         match device {
             None => device = Some((dev, s.name)),
             Some((first, from)) if first != dev => {
@@ -295,9 +284,9 @@ pub fn check_inputs(
         }
         stand_ins.insert(
             s.name.to_string(),
-            stand_in(s.name, d, serving, distinct, q.1[0]),
+            stand_in(s.name, &d, serving, distinct, q_rows),
         );
-        inputs.push((s.name, d.clone()));
+        inputs.push((s.name, d));
     }
     let opts = RunOptions {
         scale,

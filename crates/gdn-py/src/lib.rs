@@ -1,17 +1,21 @@
 //! `gdn._gdn`: the Rust half of the Python module `gdn` (python/gdn/__init__.py is the public API).
 //!
-//! A call is two steps, so that Python can allocate missing outputs between them:
-//!   `plan(op, inputs, scale, serving)` validates every input (no data is read) and returns a [`Plan`]
-//!   that knows the output shapes and the device workspace the call needs (`workspace_bytes`: non-zero only
-//!   for the chunk64 and cp prefill plans); `Plan.run(output, state_out, stream, workspace)` validates the
-//!   destinations and runs on the host (CPU backend) or launches on the CUDA stream given (no allocation,
-//!   no sync).
+//! A call is one step when the caller passed every destination and it needs no workspace (decode, MTP, and
+//! prefill on its one-launch plans): `call(op, inputs, names, scale, serving, max_seq_len, output, state_out)`
+//! validates, launches on torch's current stream (or runs on the host) and returns None. Otherwise it is two
+//! steps, so that Python can allocate between them: `call` (or `plan`) returns a [`Plan`] that knows the output
+//! shapes and the device workspace the call needs (`workspace_bytes`: non-zero only for the chunk64 and cp
+//! prefill plans), and `Plan.run(output, state_out, stream, workspace)` validates the destinations and runs.
+//! No allocation and no sync here in either form. Tensors are described by [`objects`]: torch CUDA tensors
+//! directly, everything else through the Python layer.
 
 mod args;
 mod device;
 mod host;
+mod memo;
+mod objects;
 
-use args::{check_dest, check_inputs, ArgError, Checked, Desc, Device};
+use args::{check_dest, ArgError, Checked, Desc, Device};
 use gdn_core::Op;
 use pyo3::prelude::*;
 
@@ -75,56 +79,101 @@ impl Plan {
         }
     }
 
-    /// Checks the destinations and runs. `state_out` is None only for MTP in definition mode (pool not
-    /// updated); in serving mode it is the pool itself. `stream` is the CUDA stream handle (ignored on host).
-    /// `workspace`: a uint8 tensor of at least `workspace_bytes` bytes on the inputs' CUDA device, or None
-    /// when that is 0 (the launch checks its size and 256-byte alignment).
-    #[pyo3(signature = (output, state_out, stream=0, workspace=None))]
+    /// Checks the destinations and runs. `output`, `state_out`, `workspace`: tensors, arrays or descriptor
+    /// tuples. `state_out` is None only for MTP in definition mode (pool not updated); in serving mode it is
+    /// the pool itself. `stream`: the CUDA stream handle, None for torch's current stream (ignored on the
+    /// host). `workspace`: a uint8 tensor of at least `workspace_bytes` bytes on the inputs' CUDA device, or
+    /// None when that is 0 (the launch checks its size and 256-byte alignment).
+    #[pyo3(signature = (output, state_out, stream=None, workspace=None))]
     fn run(
         &self,
         py: Python<'_>,
-        output: Desc,
-        state_out: Option<Desc>,
-        stream: u64,
-        workspace: Option<Desc>,
+        output: &Bound<'_, PyAny>,
+        state_out: Option<&Bound<'_, PyAny>>,
+        stream: Option<u64>,
+        workspace: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let c = &self.c;
-        let p = &c.problem;
-        check_dest(
-            c,
-            "output",
-            &output,
-            gdn_core::DType::BF16,
-            &p.output_shape(),
-        )?;
-        let state_name = p.def.state_output();
-        match (&state_out, p.def.op) {
-            (Some(d), _) => check_dest(c, state_name, d, p.state_out_dtype(), &p.state_shape())?,
-            (None, Op::Mtp) => {}
-            (None, _) => {
-                return Err(
-                    ArgError::Value(format!("gdn: '{state_name}' destination missing")).into(),
-                )
+        let (output, state_out) = destinations(py, c, output, state_out)?;
+        let workspace = match workspace {
+            Some(w) => {
+                let w = objects::describe(
+                    py,
+                    w,
+                    || Ok("workspace".into()),
+                    c.problem.def.op.name(),
+                    true,
+                )?;
+                check_workspace(c, &w)?;
+                Some(w)
             }
-        }
-        if let Some(w) = &workspace {
-            check_workspace(c, w)?;
-        }
-        let r = match c.device {
-            Device::Host => py.detach(|| host::run(c, &output, state_out.as_ref())),
-            Device::Cuda(dev) => py.detach(|| {
-                device::run(
-                    c,
-                    dev,
-                    &output,
-                    state_out.as_ref(),
-                    workspace.as_ref(),
-                    stream,
-                )
-            }),
+            None => None,
         };
-        r.map_err(Into::into)
+        let stream = match (stream, c.device) {
+            (Some(s), _) => s,
+            (None, Device::Host) => 0,
+            (None, Device::Cuda(dev)) => objects::current_stream(py, dev)?,
+        };
+        execute(
+            py,
+            c,
+            &output,
+            state_out.as_ref(),
+            workspace.as_ref(),
+            stream,
+        )
     }
+}
+
+/// Describes and checks a call's destinations: `output` and the state output (`state_out` None only for MTP
+/// in definition mode).
+fn destinations(
+    py: Python<'_>,
+    c: &Checked,
+    output: &Bound<'_, PyAny>,
+    state_out: Option<&Bound<'_, PyAny>>,
+) -> PyResult<(Desc, Option<Desc>)> {
+    let p = &c.problem;
+    let op = p.def.op;
+    let output = objects::describe(py, output, || Ok("output".into()), op.name(), true)?;
+    check_dest(
+        c,
+        "output",
+        &output,
+        gdn_core::DType::BF16,
+        &p.output_shape(),
+    )?;
+    let state_name = p.def.state_output();
+    let state_out = match (state_out, op) {
+        (Some(d), _) => {
+            let d = objects::describe(py, d, || Ok(state_name.into()), op.name(), true)?;
+            check_dest(c, state_name, &d, p.state_out_dtype(), &p.state_shape())?;
+            Some(d)
+        }
+        (None, Op::Mtp) => None,
+        (None, _) => {
+            return Err(ArgError::Value(format!("gdn: '{state_name}' destination missing")).into())
+        }
+    };
+    Ok((output, state_out))
+}
+
+/// Runs a validated call on the host, or launches it on `stream` of its CUDA device (the GIL released).
+fn execute(
+    py: Python<'_>,
+    c: &Checked,
+    output: &Desc,
+    state_out: Option<&Desc>,
+    workspace: Option<&Desc>,
+    stream: u64,
+) -> PyResult<()> {
+    let r = match c.device {
+        Device::Host => py.detach(|| host::run(c, output, state_out)),
+        Device::Cuda(dev) => {
+            py.detach(|| device::run(c, dev, output, state_out, workspace, stream))
+        }
+    };
+    r.map_err(Into::into)
 }
 
 /// A workspace tensor: uint8, contiguous, on the inputs' CUDA device (size and alignment are checked by
@@ -158,23 +207,91 @@ fn device_index(d: Device) -> i32 {
     }
 }
 
-/// Validates the inputs of one call. `inputs`: descriptors (or None) in the definition's input order
-/// without `scale`; `scale`: None or 0 = 1/sqrt(head_size); `serving`: MTP writes the final state back to
-/// the pool; `max_seq_len` (prefill): the caller's host-side length of the longest sequence (plan choice
-/// only), checked against the token count.
-#[pyfunction]
-#[pyo3(signature = (op, inputs, scale=None, serving=false, max_seq_len=None))]
-fn plan(
-    op: &str,
-    inputs: Vec<Option<Desc>>,
+/// Describes and validates the inputs of one call. `inputs`: tensors, arrays or descriptor tuples (or None)
+/// in the definition's input order without `scale`, named by `names`; `scale`: None or 0 = 1/sqrt(head_size);
+/// `serving`: MTP writes the final state back to the pool; `max_seq_len` (prefill): the caller's host-side
+/// length of the longest sequence (plan choice only), checked against the token count.
+fn validate(
+    py: Python<'_>,
+    op: Op,
+    inputs: &Bound<'_, PyAny>,
+    names: Option<&Bound<'_, PyAny>>,
     scale: Option<f32>,
     serving: bool,
     max_seq_len: Option<usize>,
+) -> PyResult<Checked> {
+    let mut descs = Vec::with_capacity(10);
+    for (i, x) in inputs.try_iter()?.enumerate() {
+        let x = x?;
+        if x.is_none() {
+            descs.push(None);
+            continue;
+        }
+        let name = || match names {
+            Some(n) => n.get_item(i)?.extract::<String>(),
+            None => Ok(format!("input {i}")),
+        };
+        descs.push(Some(objects::describe(py, &x, name, op.name(), false)?));
+    }
+    let mut c = memo::checked(op, descs, scale, serving)?;
+    args::set_length_hint(&mut c, max_seq_len)?;
+    Ok(c)
+}
+
+/// Validates the inputs of one call and returns its [`Plan`] (see [`validate`] for the arguments).
+#[pyfunction]
+#[pyo3(signature = (op, inputs, scale=None, serving=false, max_seq_len=None, names=None))]
+fn plan(
+    py: Python<'_>,
+    op: &str,
+    inputs: &Bound<'_, PyAny>,
+    scale: Option<f32>,
+    serving: bool,
+    max_seq_len: Option<usize>,
+    names: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Plan> {
     let op = parse_op(op)?;
-    let mut c = check_inputs(op, inputs, scale, serving)?;
-    args::set_length_hint(&mut c, max_seq_len)?;
+    let c = validate(py, op, inputs, names, scale, serving, max_seq_len)?;
     Ok(Plan { c })
+}
+
+/// One call: validates the inputs and, when every destination is given (`state_out` None is complete only
+/// for MTP in definition mode) and no device workspace is needed, runs it at once (on torch's current stream
+/// for CUDA tensors) and returns None. Otherwise returns the [`Plan`], for the Python layer to allocate what
+/// is missing and call `Plan.run`.
+#[pyfunction]
+#[pyo3(signature = (op, inputs, names, scale, serving, max_seq_len, output, state_out))]
+#[allow(clippy::too_many_arguments)]
+fn call(
+    py: Python<'_>,
+    op: &str,
+    inputs: &Bound<'_, PyAny>,
+    names: &Bound<'_, PyAny>,
+    scale: Option<f32>,
+    serving: bool,
+    max_seq_len: Option<usize>,
+    output: Option<&Bound<'_, PyAny>>,
+    state_out: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Plan>> {
+    let op = parse_op(op)?;
+    let c = validate(py, op, inputs, Some(names), scale, serving, max_seq_len)?;
+    let complete = state_out.is_some() || (op == Op::Mtp && !serving);
+    let Some(output) = output.filter(|_| complete) else {
+        return Ok(Some(Plan { c }));
+    };
+    let stream = match c.device {
+        Device::Host => 0,
+        Device::Cuda(dev) => {
+            // Only prefill has plans with a workspace; asking may open the device (compiles: GIL released).
+            if op == Op::Prefill && py.detach(|| device::workspace_bytes(&c, dev))? > 0 {
+                return Ok(Some(Plan { c }));
+            }
+            objects::current_stream(py, dev)?
+        }
+    };
+    let (output, state_out) = destinations(py, &c, output, state_out)?;
+    execute(py, &c, &output, state_out.as_ref(), None, stream)?;
+    Ok(None)
 }
 
 /// Why the CUDA backend cannot run here, or None when it can (loads the driver and NVRTC on first use).
@@ -187,6 +304,8 @@ fn cuda_unavailable_reason(py: Python<'_>) -> Option<String> {
 fn _gdn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(call, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::set_describers, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
     m.add_class::<Plan>()?;
     Ok(())

@@ -6,6 +6,8 @@ For a few shapes, per call (median, microseconds):
   events_us - CUDA events around each call, warm L2, outputs passed (what a caller sees on the stream)
   graph_us  - per-call time of 20 calls captured in one CUDA graph (the kernel alone, launch gaps removed)
   alloc_us  - like events_us but letting gdn allocate the outputs (torch.empty)
+  validate_us - CPU time of describing and validating the inputs alone (`gdn._gdn.plan`, no launch): the part
+              of host_us that is gdn's own argument handling
 overhead = events_us - graph_us is the launch + Python cost. Writes $OUT/gdn_overhead.json.
 """
 import json, math, os, statistics, sys, time
@@ -73,6 +75,15 @@ def r(*s):
     return torch.randn(*s, device=dev)
 
 
+def validate(op, inputs):
+    """gdn's own description and validation of a call's inputs, without the launch (None for a gdn older
+    than session 25, whose plan() took descriptor tuples only)."""
+    names = getattr(gdn, "_NAMES", {}).get(op)
+    if names is None:
+        return None
+    return lambda: gdn._gdn.plan(op, inputs, 1 / math.sqrt(D), False, None, names)
+
+
 def decode_case(B):
     q = F.normalize(r(B, 1, H, D), dim=-1).bfloat16()
     k = F.normalize(r(B, 1, H, D), dim=-1).bfloat16()
@@ -81,7 +92,8 @@ def decode_case(B):
     a, b = r(B, 1, HV).bfloat16(), r(B, 1, HV).bfloat16()
     out, ns = torch.empty_like(v), torch.empty_like(st)
     args = (q, k, v, st, A, a, dtb, b, 1 / math.sqrt(D))
-    return (lambda: gdn.decode(*args, output=out, new_state=ns)), (lambda: gdn.decode(*args))
+    return (lambda: gdn.decode(*args, output=out, new_state=ns)), (lambda: gdn.decode(*args)), \
+        validate("decode", args[:-1])
 
 
 def prefill_case(lens):
@@ -94,7 +106,8 @@ def prefill_case(lens):
     a, b = r(T, HV).bfloat16(), r(T, HV).bfloat16()
     out, ns = torch.empty_like(v), torch.empty_like(st)
     args = (q, k, v, st, A, a, dtb, b, cu, 1 / math.sqrt(D))
-    return (lambda: gdn.prefill(*args, output=out, new_state=ns)), (lambda: gdn.prefill(*args))
+    return (lambda: gdn.prefill(*args, output=out, new_state=ns)), (lambda: gdn.prefill(*args)), \
+        validate("prefill", args[:-1])
 
 
 def mtp_case(B, T):
@@ -106,7 +119,8 @@ def mtp_case(B, T):
     a, b = r(B, T, HV).bfloat16(), r(B, T, HV).bfloat16()
     inter, out = torch.empty(B, T, HV, D, D, device=dev), torch.empty_like(v)
     args = (q, k, v, pool, idx, A, a, dtb, b, 1 / math.sqrt(D), inter)
-    return (lambda: gdn.mtp(*args, output=out)), (lambda: gdn.mtp(*args))
+    return (lambda: gdn.mtp(*args, output=out)), (lambda: gdn.mtp(*args)), \
+        validate("mtp", args[:-2] + args[-1:])
 
 
 def main():
@@ -116,10 +130,12 @@ def main():
     print("torch tiny kernel (z.add_(1)):", tiny, flush=True)
     cases = [("decode B=1", decode_case(1)), ("decode B=64", decode_case(64)),
              ("prefill 1x128", prefill_case([128])), ("mtp B=16 T=4", mtp_case(16, 4))]
-    for name, (fn, fn_alloc) in cases:
+    for name, (fn, fn_alloc, fn_validate) in cases:
         row = {"case": name}
         try:
             row["host_us"] = host(fn)
+            if fn_validate is not None:
+                row["validate_us"] = host(fn_validate)
             row["events_us"] = events(fn)
             row["alloc_us"] = events(fn_alloc)
             row["graph_us"] = graph(fn)

@@ -359,6 +359,24 @@ def test_decode_shape_errors():
     err(ValueError, "q", call_decode, q=np.zeros((2, 2, 4, D), BF16))  # decode has seq_len 1
 
 
+def test_validation_is_not_reused_across_metadata():
+    # The binding reuses the last validation of an op when shapes, strides, dtypes, devices and alignment all
+    # match (memo.rs). Between good calls, every kind of change must still be caught.
+    d = decode_args()
+    call_decode()
+    err(TypeError, "A_log", call_decode, A_log=d["A_log"].astype(BF16))
+    call_decode()
+    err(ValueError, "state", call_decode, state=np.zeros((2, 8, D, 2 * D), np.float32)[..., ::2])
+    call_decode()
+    odd = np.zeros(2 * 2 * 8 + 1, np.uint8)[1:].view(BF16).reshape(2, 1, 8)  # bf16 at an odd address
+    assert "aligned" in err(ValueError, "a", call_decode, a=odd)
+    call_decode()
+    err(ValueError, "k", call_decode, k=d["k"][:1])
+    o, s = call_decode()
+    o2, s2 = call_decode()
+    assert np.array_equal(o, o2) and np.array_equal(s, s2)
+
+
 def test_contiguity_errors():
     d = decode_args()
     kt = np.ascontiguousarray(d["k"].transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)

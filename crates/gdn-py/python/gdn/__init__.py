@@ -93,49 +93,47 @@ def _empty_like_family(ref, shape, dtype_ref, fallback):
     return np.empty(tuple(shape), dtype=dt)
 
 
-_RAW_STREAM = []  # [torch._C._cuda_getCurrentRawStream or None], looked up once
+_gdn.set_describers(_desc, _out_desc)  # everything but torch CUDA tensors, which _gdn describes itself
+
+_NAMES = {
+    "decode": ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b"),
+    "prefill": ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "cu_seqlens"),
+    "mtp": ("q", "k", "v", "initial_state", "initial_state_indices", "A_log", "a", "dt_bias", "b",
+            "intermediate_states_buffer"),
+}
 
 
-def _stream(device):
-    """The CUstream handle of torch's current stream on `device` (-1: host, no stream)."""
-    if device < 0:
-        return 0
-    if not _RAW_STREAM:
-        _RAW_STREAM.append(getattr(_sys.modules["torch"]._C, "_cuda_getCurrentRawStream", None))
-    raw = _RAW_STREAM[0]
-    if raw is not None:
-        return raw(device)
-    return _sys.modules["torch"].cuda.current_stream(device).cuda_stream
-
-
-def _run(fn, named, scale, output, state_out, state_in, serving=False, state_out_name="new_state",
-         max_seqlen=None):
-    descs = [None if x is None else _desc(x, n, fn) for n, x in named]
+def _run(fn, inputs, scale, output, state_out, state_in, serving=False, max_seqlen=None):
+    """One call. With every destination given and no workspace needed, _gdn.call validates and launches at
+    once (on torch's current stream); otherwise it returns the plan, and the missing outputs (and the prefill
+    workspace) are allocated here, like the inputs (torch / NumPy, same device), before plan.run."""
     if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int)):
         raise TypeError(f"gdn.{fn}: argument 'max_seqlen': expected an int or None, got {type(max_seqlen).__name__}")
-    plan = _gdn.plan(fn, descs, _scale(scale, fn), serving, max_seqlen)
-    q = named[0][1]
-    if output is None:
-        output = _empty_like_family(q, plan.output_shape, q, None)
-    od = _out_desc(output, "output", fn)
+    if type(scale) is not float and scale is not None:
+        scale = _scale(scale, fn)
     if fn == "mtp":
         # definition mode: the pool is not updated and is returned as final_state (no copy);
         # serving mode: the pool is updated in place.
         state_out = state_in
-        sd = _out_desc(state_in, "initial_state", fn) if serving else None
+        dest = state_in if serving else None
     else:
-        if state_out is None:
-            state_out = _empty_like_family(q, plan.state_shape, state_in, None)
-        sd = _out_desc(state_out, state_out_name, fn)
-    wd = None
+        dest = state_out
+    plan = _gdn.call(fn, inputs, _NAMES[fn], scale, serving, max_seqlen, output, dest)
+    if plan is None:
+        return output, state_out
+    q = inputs[0]
+    if output is None:
+        output = _empty_like_family(q, plan.output_shape, q, None)
+    if fn != "mtp" and state_out is None:
+        state_out = dest = _empty_like_family(q, plan.state_shape, state_in, None)
+    ws = None
     if fn == "prefill" and plan.device >= 0:
         nbytes = plan.workspace_bytes  # non-zero only for the chunk64 and cp plans
         if nbytes:
             torch = _sys.modules["torch"]
             # lives until the launch is enqueued; torch's allocator orders its reuse on this stream
             ws = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
-            wd = _desc(ws, "workspace", fn)
-    plan.run(od, sd, _stream(plan.device), wd)
+    plan.run(output, dest, None, ws)
     return output, state_out
 
 
@@ -154,9 +152,7 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, output=None, new
     Returns:
         ``(output, new_state)``. A bfloat16 ``state`` gives a bfloat16 ``new_state`` (math in fp32).
     """
-    named = (("q", q), ("k", k), ("v", v), ("state", state), ("A_log", A_log), ("a", a),
-             ("dt_bias", dt_bias), ("b", b))
-    return _run("decode", named, scale, output, new_state, state)
+    return _run("decode", (q, k, v, state, A_log, a, dt_bias, b), scale, output, new_state, state)
 
 
 def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, output=None, new_state=None,
@@ -187,9 +183,8 @@ def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, out
     Returns:
         ``(output, new_state)``. A zero-length sequence's ``new_state`` row is zero, as in the definition.
     """
-    named = (("q", q), ("k", k), ("v", v), ("state", state), ("A_log", A_log), ("a", a),
-             ("dt_bias", dt_bias), ("b", b), ("cu_seqlens", cu_seqlens))
-    return _run("prefill", named, scale, output, new_state, state, max_seqlen=max_seqlen)
+    return _run("prefill", (q, k, v, state, A_log, a, dt_bias, b, cu_seqlens), scale, output, new_state, state,
+                max_seqlen=max_seqlen)
 
 
 def mtp(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale=None,
@@ -213,10 +208,8 @@ def mtp(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, sca
     Returns:
         ``(output, final_state)`` where ``final_state`` is ``initial_state``.
     """
-    named = (("q", q), ("k", k), ("v", v), ("initial_state", initial_state),
-             ("initial_state_indices", initial_state_indices), ("A_log", A_log), ("a", a),
-             ("dt_bias", dt_bias), ("b", b), ("intermediate_states_buffer", intermediate_states_buffer))
-    return _run("mtp", named, scale, output, None, initial_state, serving=bool(update_pool))
+    inputs = (q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, intermediate_states_buffer)
+    return _run("mtp", inputs, scale, output, None, initial_state, serving=bool(update_pool))
 
 
 def cuda_unavailable_reason():

@@ -1,0 +1,200 @@
+//! The last validation of each operation, reused when a call's inputs have the same metadata.
+//!
+//! A serving engine calls the same operation with the same shapes again and again (one decode per layer per
+//! step), and [`check_inputs`] costs ~2–3 µs of host time per call, a fifth of the binding's whole overhead
+//! (H200 host, session 25). Its result depends only on the operation, `scale`, `serving` and, per input, its
+//! presence, shape, element strides, dtype, device and the address's residue modulo 16 (alignment: 16 bytes
+//! on a device, the element size on the host, both divisors of 16). Those are compared exactly; on a match the
+//! validated problem is reused with the new descriptors (so the new addresses). A call that fails validation
+//! is never remembered, and a mismatch in any field validates from scratch.
+
+use crate::args::{check_inputs, ArgError, Checked, Desc, Device};
+use gdn_core::{Op, Problem};
+use std::cell::RefCell;
+
+/// What `check_inputs` read of one descriptor: everything but the address, of which only its alignment class.
+#[derive(PartialEq)]
+struct Meta {
+    shape: Vec<usize>,
+    strides: Vec<i64>,
+    dtype: String,
+    device: i64,
+    residue: u64,
+}
+
+impl Meta {
+    fn of(d: &Desc) -> Meta {
+        Meta {
+            shape: d.1.clone(),
+            strides: d.2.clone(),
+            dtype: d.3.clone(),
+            device: d.4,
+            residue: d.0 % 16,
+        }
+    }
+
+    fn matches(&self, d: &Desc) -> bool {
+        self.shape == d.1
+            && self.strides == d.2
+            && self.dtype == d.3
+            && self.device == d.4
+            && self.residue == d.0 % 16
+    }
+}
+
+/// One remembered validation.
+struct Memo {
+    scale: Option<u32>,
+    serving: bool,
+    given: Vec<Option<Meta>>,
+    names: Vec<&'static str>,
+    problem: Problem,
+    device: Device,
+}
+
+impl Memo {
+    fn matches(&self, given: &[Option<Desc>], scale: Option<f32>, serving: bool) -> bool {
+        self.serving == serving
+            && self.scale == scale.map(f32::to_bits)
+            && self.given.len() == given.len()
+            && self.given.iter().zip(given).all(|(m, d)| match (m, d) {
+                (Some(m), Some(d)) => m.matches(d),
+                (None, None) => true,
+                _ => false,
+            })
+    }
+}
+
+thread_local! {
+    /// One entry per operation (decode, prefill, MTP), per thread.
+    static MEMO: RefCell<[Option<Memo>; 3]> = const { RefCell::new([None, None, None]) };
+}
+
+fn slot(op: Op) -> usize {
+    match op {
+        Op::Decode => 0,
+        Op::Prefill => 1,
+        Op::Mtp => 2,
+    }
+}
+
+/// [`check_inputs`], reusing the last validation of `op` on this thread when the inputs' metadata match it.
+pub fn checked(
+    op: Op,
+    given: Vec<Option<Desc>>,
+    scale: Option<f32>,
+    serving: bool,
+) -> Result<Checked, ArgError> {
+    let hit = MEMO.with_borrow(|memo| {
+        memo[slot(op)]
+            .as_ref()
+            .filter(|m| m.matches(&given, scale, serving))
+            .map(|m| (m.problem.clone(), m.names.clone(), m.device))
+    });
+    if let Some((problem, names, device)) = hit {
+        let inputs = names.into_iter().zip(given.into_iter().flatten()).collect();
+        return Ok(Checked {
+            problem,
+            inputs,
+            device,
+        });
+    }
+    let meta = given.iter().map(|d| d.as_ref().map(Meta::of)).collect();
+    let c = check_inputs(op, given, scale, serving)?;
+    MEMO.with_borrow_mut(|memo| {
+        memo[slot(op)] = Some(Memo {
+            scale: scale.map(f32::to_bits),
+            serving,
+            given: meta,
+            names: c.inputs.iter().map(|(n, _)| *n).collect(),
+            problem: c.problem.clone(),
+            device: c.device,
+        })
+    });
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(shape: &[usize], dtype: &str, ptr: u64, device: i64) -> Option<Desc> {
+        let mut strides = vec![0i64; shape.len()];
+        let mut s = 1i64;
+        for (d, &n) in strides.iter_mut().zip(shape).rev() {
+            *d = s;
+            s *= n as i64;
+        }
+        Some(Desc(ptr, shape.to_vec(), strides, dtype.into(), device))
+    }
+
+    /// A decode call of batch `b` on CUDA device 0, inputs at `base` + 4096·i.
+    fn decode(b: usize, base: u64) -> Vec<Option<Desc>> {
+        let at = |i: u64| base + 4096 * i;
+        vec![
+            desc(&[b, 1, 4, 128], "bfloat16", at(0), 0),
+            desc(&[b, 1, 4, 128], "bfloat16", at(1), 0),
+            desc(&[b, 1, 8, 128], "bfloat16", at(2), 0),
+            desc(&[b, 8, 128, 128], "float32", at(3), 0),
+            desc(&[8], "float32", at(4), 0),
+            desc(&[b, 1, 8], "bfloat16", at(5), 0),
+            desc(&[8], "float32", at(6), 0),
+            desc(&[b, 1, 8], "bfloat16", at(7), 0),
+        ]
+    }
+
+    #[test]
+    fn a_hit_carries_the_new_addresses() {
+        let a = checked(Op::Decode, decode(2, 1 << 20), None, false)
+            .ok()
+            .unwrap();
+        let b = checked(Op::Decode, decode(2, 1 << 30), None, false)
+            .ok()
+            .unwrap();
+        assert_eq!(a.problem, b.problem);
+        assert_eq!(b.get("q").unwrap().ptr(), 1 << 30);
+        assert_eq!(b.get("b").unwrap().ptr(), (1 << 30) + 7 * 4096);
+        assert_eq!(b.inputs.len(), 8);
+    }
+
+    #[test]
+    fn any_changed_field_validates_again() {
+        let ok = |g| checked(Op::Decode, g, None, false).is_ok();
+        assert!(ok(decode(3, 1 << 20)));
+        // misaligned by 8 bytes: same shapes, refused
+        let mut g = decode(3, 1 << 20);
+        g[2].as_mut().unwrap().0 += 8;
+        assert!(!ok(g));
+        // a dtype changed after a hit
+        assert!(ok(decode(3, 1 << 20)));
+        let mut g = decode(3, 1 << 20);
+        g[4].as_mut().unwrap().3 = "bfloat16".into();
+        assert!(!ok(g));
+        // another device for one input
+        let mut g = decode(3, 1 << 20);
+        g[5].as_mut().unwrap().4 = 1;
+        assert!(!ok(g));
+        // non-contiguous strides
+        let mut g = decode(3, 1 << 20);
+        g[0].as_mut().unwrap().2[3] = 2;
+        assert!(!ok(g));
+        // the state left out (optional): valid, and a different problem
+        let mut g = decode(3, 1 << 20);
+        g[3] = None;
+        let c = checked(Op::Decode, g, None, false).ok().unwrap();
+        assert_eq!(c.problem.state_dtype, None);
+        // and a batch mismatch between q and v
+        let mut g = decode(3, 1 << 20);
+        g[2] = desc(&[4, 1, 8, 128], "bfloat16", 1 << 20, 0);
+        assert!(!ok(g));
+        // scale and serving are part of the key
+        let s = checked(Op::Decode, decode(3, 1 << 20), Some(0.5), false)
+            .ok()
+            .unwrap();
+        assert_eq!(s.problem.scale, 0.5);
+        let d = checked(Op::Decode, decode(3, 1 << 20), None, false)
+            .ok()
+            .unwrap();
+        assert!((d.problem.scale - 128f32.sqrt().recip()).abs() < 1e-7);
+    }
+}
