@@ -664,14 +664,29 @@ impl KernelSet {
         stream: sys::CUstream,
         force: Option<&str>,
     ) -> Result<LaunchInfo> {
-        args.validate()?;
         let plan = self.prefill_plan_with(&args.shape(), force)?;
-        let info = LaunchInfo::prefill(&plan);
+        self.launch_prefill_plan(args, &plan, stream)
+    }
+
+    /// Launches a prefill plan already chosen for `args.shape()` (by `prefill_plan`), so that a caller that
+    /// sized the workspace from the plan does not plan the call twice.
+    ///
+    /// # Safety
+    /// As `launch_prefill`; `plan` must be the plan of `args.shape()` (its grids and workspace are sized for
+    /// it: the workspace size is checked, the rest is not).
+    pub unsafe fn launch_prefill_plan(
+        &self,
+        args: &PrefillArgs,
+        plan: &PrefillPlan,
+        stream: sys::CUstream,
+    ) -> Result<LaunchInfo> {
+        args.validate()?;
+        let info = LaunchInfo::prefill(plan);
         if plan.is_empty() {
             return Ok(info);
         }
-        args.validate_workspace(&plan)?;
-        match &plan {
+        args.validate_workspace(plan)?;
+        match plan {
             PrefillPlan::Fused { variant } => {
                 let params = args.params();
                 self.launch(

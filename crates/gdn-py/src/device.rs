@@ -11,7 +11,7 @@
 use crate::args::{gdn_err, ArgError, Checked, Desc};
 use gdn_core::{DType, MtpMode, Op};
 use gdn_cuda::context::Gpu;
-use gdn_cuda::{KernelSet, PrefillArgs, RecurrentArgs, StateDtype};
+use gdn_cuda::{KernelSet, PrefillArgs, PrefillPlan, RecurrentArgs, StateDtype};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -80,22 +80,26 @@ fn state_dtype(d: DType) -> StateDtype {
     }
 }
 
-/// Device workspace (bytes) the call needs on device `dev` (0 for everything but the chunk64 and cp prefill plans).
-pub fn workspace_bytes(c: &Checked, dev: i32) -> Result<u64, ArgError> {
+/// The prefill plan of a validated call on device `dev` (None for decode, MTP and calls without sequences),
+/// whose `workspace_bytes()` is the device workspace the call needs (0 for everything but the chunk64 and cp
+/// plans). Opens the device on first use.
+pub fn prefill_plan(c: &Checked, dev: i32) -> Result<Option<PrefillPlan>, ArgError> {
     let p = &c.problem;
     let op = p.def.op;
     if op != Op::Prefill || p.dims.num_seqs == 0 {
-        return Ok(0);
+        return Ok(None);
     }
     let fail = |e: String| ArgError::Runtime(format!("gdn.{}: CUDA backend: {e}", op.name()));
     let d = device(dev).map_err(fail)?;
     d.kernels
-        .prefill_workspace_bytes(&gdn_cuda::shape_of(p))
-        .map_err(|e| gdn_err(op, e))
+        .prefill_plan(&gdn_cuda::shape_of(p))
+        .map(Some)
+        .map_err(|e| gdn_err(op, e.into()))
 }
 
 /// Launches a validated device problem on `stream` (a `CUstream` handle) of device `dev`. `workspace` is
 /// the scratch of `workspace_bytes` bytes (a CUDA uint8 tensor of the same device), when that is not 0.
+/// `plan`: the call's prefill plan when the caller already has it ([`prefill_plan`]; planned here otherwise).
 pub fn run(
     c: &Checked,
     dev: i32,
@@ -103,6 +107,7 @@ pub fn run(
     state_out: Option<&Desc>,
     workspace: Option<&Desc>,
     stream: u64,
+    plan: Option<&PrefillPlan>,
 ) -> Result<(), ArgError> {
     let p = &c.problem;
     let op = p.def.op;
@@ -122,8 +127,8 @@ pub fn run(
     // caller until the call returns and by the caller's stream order afterwards (as for any torch op).
     let r = unsafe {
         match op {
-            Op::Prefill => d.kernels.launch_prefill(
-                &PrefillArgs {
+            Op::Prefill => {
+                let args = PrefillArgs {
                     q: ptr("q"),
                     k: ptr("k"),
                     v: ptr("v"),
@@ -145,9 +150,12 @@ pub fn run(
                     head_size: h.head_size,
                     scale: p.scale,
                     state_dtype: sd,
-                },
-                cu_stream,
-            ),
+                };
+                match plan {
+                    Some(plan) => d.kernels.launch_prefill_plan(&args, plan, cu_stream),
+                    None => d.kernels.launch_prefill(&args, cu_stream),
+                }
+            }
             Op::Decode | Op::Mtp => {
                 let (state, new_state) = match (op, p.mtp_mode) {
                     (Op::Decode, _) => (ptr("state"), state_out.map_or(0, Desc::ptr)),

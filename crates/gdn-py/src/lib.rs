@@ -17,7 +17,9 @@ mod objects;
 
 use args::{check_dest, ArgError, Checked, Desc, Device};
 use gdn_core::Op;
+use gdn_cuda::PrefillPlan;
 use pyo3::prelude::*;
+use std::sync::OnceLock;
 
 fn parse_op(op: &str) -> PyResult<Op> {
     match op {
@@ -34,6 +36,18 @@ fn parse_op(op: &str) -> PyResult<Op> {
 #[pyclass(frozen, module = "gdn._gdn")]
 struct Plan {
     c: Checked,
+    /// The prefill plan on the device, once asked for (`workspace_bytes`, or `call` before it returned this).
+    prefill: OnceLock<Option<PrefillPlan>>,
+}
+
+impl Plan {
+    fn new(c: Checked, prefill: Option<Option<PrefillPlan>>) -> Plan {
+        let cell = OnceLock::new();
+        if let Some(p) = prefill {
+            let _ = cell.set(p);
+        }
+        Plan { c, prefill: cell }
+    }
 }
 
 #[pymethods]
@@ -73,9 +87,17 @@ impl Plan {
     fn workspace_bytes(&self, py: Python<'_>) -> PyResult<u64> {
         match self.c.device {
             Device::Host => Ok(0),
-            Device::Cuda(dev) => py
-                .detach(|| device::workspace_bytes(&self.c, dev))
-                .map_err(Into::into),
+            Device::Cuda(dev) => {
+                if self.prefill.get().is_none() {
+                    let plan = py.detach(|| device::prefill_plan(&self.c, dev))?;
+                    let _ = self.prefill.set(plan);
+                }
+                Ok(self
+                    .prefill
+                    .get()
+                    .and_then(Option::as_ref)
+                    .map_or(0, PrefillPlan::workspace_bytes))
+            }
         }
     }
 
@@ -114,6 +136,7 @@ impl Plan {
             (None, Device::Host) => 0,
             (None, Device::Cuda(dev)) => objects::current_stream(py, dev)?,
         };
+        let plan = self.prefill.get().and_then(Option::as_ref);
         execute(
             py,
             c,
@@ -121,6 +144,7 @@ impl Plan {
             state_out.as_ref(),
             workspace.as_ref(),
             stream,
+            plan,
         )
     }
 }
@@ -158,7 +182,8 @@ fn destinations(
     Ok((output, state_out))
 }
 
-/// Runs a validated call on the host, or launches it on `stream` of its CUDA device (the GIL released).
+/// Runs a validated call on the host, or launches it on `stream` of its CUDA device (the GIL released;
+/// `plan`: its prefill plan, when already chosen).
 fn execute(
     py: Python<'_>,
     c: &Checked,
@@ -166,11 +191,12 @@ fn execute(
     state_out: Option<&Desc>,
     workspace: Option<&Desc>,
     stream: u64,
+    plan: Option<&PrefillPlan>,
 ) -> PyResult<()> {
     let r = match c.device {
         Device::Host => py.detach(|| host::run(c, output, state_out)),
         Device::Cuda(dev) => {
-            py.detach(|| device::run(c, dev, output, state_out, workspace, stream))
+            py.detach(|| device::run(c, dev, output, state_out, workspace, stream, plan))
         }
     };
     r.map_err(Into::into)
@@ -252,7 +278,7 @@ fn plan(
 ) -> PyResult<Plan> {
     let op = parse_op(op)?;
     let c = validate(py, op, inputs, names, scale, serving, max_seq_len)?;
-    Ok(Plan { c })
+    Ok(Plan::new(c, None))
 }
 
 /// One call: validates the inputs and, when every destination is given (`state_out` None is complete only
@@ -277,20 +303,32 @@ fn call(
     let c = validate(py, op, inputs, Some(names), scale, serving, max_seq_len)?;
     let complete = state_out.is_some() || (op == Op::Mtp && !serving);
     let Some(output) = output.filter(|_| complete) else {
-        return Ok(Some(Plan { c }));
+        return Ok(Some(Plan::new(c, None)));
     };
-    let stream = match c.device {
-        Device::Host => 0,
+    let (stream, prefill) = match c.device {
+        Device::Host => (0, None),
         Device::Cuda(dev) => {
-            // Only prefill has plans with a workspace; asking may open the device (compiles: GIL released).
-            if op == Op::Prefill && py.detach(|| device::workspace_bytes(&c, dev))? > 0 {
-                return Ok(Some(Plan { c }));
+            // Only prefill has plans with a workspace; planning may open the device (compiles: GIL released).
+            let prefill = match op {
+                Op::Prefill => py.detach(|| device::prefill_plan(&c, dev))?,
+                _ => None,
+            };
+            if prefill.as_ref().is_some_and(|p| p.workspace_bytes() > 0) {
+                return Ok(Some(Plan::new(c, Some(prefill))));
             }
-            objects::current_stream(py, dev)?
+            (objects::current_stream(py, dev)?, prefill)
         }
     };
     let (output, state_out) = destinations(py, &c, output, state_out)?;
-    execute(py, &c, &output, state_out.as_ref(), None, stream)?;
+    execute(
+        py,
+        &c,
+        &output,
+        state_out.as_ref(),
+        None,
+        stream,
+        prefill.as_ref(),
+    )?;
     Ok(None)
 }
 
