@@ -23,6 +23,12 @@ pub struct Args {
 }
 
 pub fn main(a: Args) -> Result<()> {
+    // The report is ptxas's own output, which NVRTC 13 skips when it serves a compile from the CUDA compute
+    // cache (a source another gdn process compiled before): keep NVRTC from that cache for this command
+    // (nvrtc::compile_with_report). Set before NVRTC is loaded; this process has no other threads yet.
+    if std::env::var_os("CUDA_CACHE_DISABLE").is_none() {
+        std::env::set_var("CUDA_CACHE_DISABLE", "1");
+    }
     println!(
         "{}",
         gdn_cuda::nvrtc::describe().map_err(anyhow::Error::msg)?
@@ -62,10 +68,22 @@ pub fn main(a: Args) -> Result<()> {
         for k in &m.kernels {
             let v = k.variant;
             let Some(r) = &k.resources else {
-                failures.push(format!(
-                    "{}: registered kernel {} is not in the compiled module",
-                    m.module.source, v.name
-                ));
+                let report = m
+                    .compiled
+                    .as_ref()
+                    .is_ok_and(|c| gdn_cuda::nvrtc::has_ptxas_report(&c.log));
+                failures.push(if report {
+                    format!(
+                        "{}: registered kernel {} is not in the compiled module",
+                        m.module.source, v.name
+                    )
+                } else {
+                    format!(
+                        "{}: no ptxas report for {} (NVRTC served the compile from the CUDA compute \
+                         cache: is CUDA_CACHE_DISABLE set to something other than 1?)",
+                        m.module.source, v.name
+                    )
+                });
                 continue;
             };
             compiled += 1;

@@ -149,6 +149,24 @@ pub fn options(req: &Request, include_dir: Option<&Path>) -> Vec<String> {
 
 /// Compiles (or fetches from the cache) one request.
 pub fn compile(req: &Request) -> Result<Compiled, String> {
+    compile_cached(req, false)
+}
+
+/// Whether a compile log holds ptxas's resource report (`--ptxas-options=-v`).
+pub fn has_ptxas_report(log: &str) -> bool {
+    log.contains("ptxas info")
+}
+
+/// `compile` for a caller that needs ptxas's resource report (`gdn kernels`): a cache entry without one is
+/// compiled again. NVRTC 13 serves a compile it has seen before (any process, same user) from the CUDA
+/// compute cache (`~/.nv/ComputeCache`) in ~0.1 s and without running ptxas, so its log has no report and
+/// the entry written then has none either (H200 machine, session 25). The caller must also keep NVRTC from
+/// that cache: `CUDA_CACHE_DISABLE=1` in the environment before NVRTC is loaded.
+pub fn compile_with_report(req: &Request) -> Result<Compiled, String> {
+    compile_cached(req, true)
+}
+
+fn compile_cached(req: &Request, need_report: bool) -> Result<Compiled, String> {
     let lib = loader::nvrtc()?;
     let include = lib.include_dir.as_deref();
     if include.is_none() {
@@ -164,7 +182,9 @@ pub fn compile(req: &Request) -> Result<Compiled, String> {
     let file = cache_dir().map(|d| d.join(format!("{key}.gdnbin")));
     let start = Instant::now();
     if let Some(f) = &file {
-        if let Some((log, cubin)) = read_entry(f) {
+        if let Some((log, cubin)) =
+            read_entry(f).filter(|(log, _)| !need_report || has_ptxas_report(log))
+        {
             return Ok(Compiled {
                 cubin,
                 log,

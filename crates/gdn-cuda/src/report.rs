@@ -24,7 +24,8 @@ pub struct ModuleReport {
     pub kernels: Vec<KernelReport>,
 }
 
-/// Compiles every module of the registry for `arch` (e.g. `sm_90a`), through the disk cache.
+/// Compiles every module of the registry for `arch` (e.g. `sm_90a`), through the disk cache (entries with
+/// ptxas's report only: `nvrtc::compile_with_report`).
 pub fn compile_all(arch: &str) -> Result<Vec<ModuleReport>, String> {
     let sources = SourceSet::load()?;
     let headers = sources.headers();
@@ -35,7 +36,7 @@ pub fn compile_all(arch: &str) -> Result<Vec<ModuleReport>, String> {
                 "kernel source {} is not in this build ({})",
                 m.source, sources.origin
             )),
-            Some(src) => nvrtc::compile(&nvrtc::Request {
+            Some(src) => nvrtc::compile_with_report(&nvrtc::Request {
                 name: m.source,
                 source: &registry::module_source(m, src),
                 headers: &headers,
