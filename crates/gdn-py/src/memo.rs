@@ -119,12 +119,7 @@ mod tests {
     use super::*;
 
     fn desc(shape: &[usize], dtype: &str, ptr: u64, device: i64) -> Option<Desc> {
-        let mut strides = vec![0i64; shape.len()];
-        let mut s = 1i64;
-        for (d, &n) in strides.iter_mut().zip(shape).rev() {
-            *d = s;
-            s *= n as i64;
-        }
+        let strides = crate::objects::row_major(shape);
         Some(Desc(ptr, shape.to_vec(), strides, dtype.into(), device))
     }
 

@@ -106,7 +106,7 @@ pub fn ints<T: for<'a, 'py> FromPyObject<'a, 'py>>(t: &Bound<'_, PyAny>) -> PyRe
 }
 
 /// Element strides of a contiguous row-major tensor of `shape`.
-fn row_major(shape: &[usize]) -> Vec<i64> {
+pub(crate) fn row_major(shape: &[usize]) -> Vec<i64> {
     let mut strides = vec![0i64; shape.len()];
     let mut s = 1i64;
     for (d, &n) in strides.iter_mut().zip(shape).rev() {
