@@ -60,6 +60,10 @@
 //                     reads the longest sequence's length from cu_seqlens and the CTA exits when it is >= run_below
 //                     (v12.5, session 24: or < run_from, so that two tiles can share the fused lengths)
 //                     (the prefill64 launches of the same call run it). The default build is unchanged.
+//     v13 (bv64, bv128; session 26): the longest-first kernels gdn_prefill_*_bv{64,128}_lf (template LF). CTA group r
+//                     runs the sequence of rank r (longest first; lf_rank below), so that on a grid wider than the GPU
+//                     a long sequence's chain starts in the first wave instead of after the short sequences before it
+//                     in the batch. The plain kernels are unchanged (the policy picks _lf: policy.rs fused_order).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -159,8 +163,10 @@ template <int BV> struct Slot {
 };
 static_assert(Slot<16>::BYTES == 14400 && Slot<128>::BYTES == 17984, "slot layout");
 // Per-producer scratch: A (f32 [16][16], 1024 B), then 128 B that held γ and β until v11 (v12 keeps them in
-// registers; the bytes stay so that the launch table, mirrored by the Rust registry, is unchanged).
+// registers; the bytes stay so that the launch table, mirrored by the Rust registry, is unchanged). v13: producer 0's
+// 128 spare bytes carry the longest-first kernels' (sequence, bos, eos) from warp 0 to the CTA across the set-up barrier.
 constexpr int PS_A_OFF = 0;
+constexpr int PS_LF_OFF = 1024;
 constexpr int PS_BYTES = 1024 + 128;                         // 1152 B
 constexpr int WS_BYTES = TILE16;                             // per-walker output staging bf16 [16][24]
 
@@ -426,6 +432,84 @@ __device__ __forceinline__ void zero_rows(unsigned char* slot, int from, int lan
 #ifndef GDN_EARLY_SEQ
 #define GDN_EARLY_SEQ 1
 #endif
+
+// v13 (session 26): the longest-first kernels (LF). The block scheduler starts CTAs in blockIdx order, one per SM at a
+// time for bv64 / bv128; in batch order a long sequence that comes late starts its chain only after the short ones
+// before it have run, and the call's time becomes (its start) + (its chain) instead of max(chain, work) (prefill64.cu's
+// chunk64 walk measured the same effect: 12-25 us on the contest-like mix's skewed calls, session 22). CTA group r runs
+// the sequence of rank r: the sequences longer than it, or as long and before it in the batch — a strict total order,
+// so the ranks are a permutation and every (sequence, head, tile) still has exactly one CTA. Warp 0 ranks (lane l holds
+// sequences l, l + 32, l + 64, l + 96; 32-bit keys (length clamped to 2^25 − 1, 127 − index): one round of cu_seqlens
+// loads, N shuffles) and leaves (sequence, bos, eos) in shared memory for the CTA, read after the set-up barrier.
+// With N < 2 or N > LF_MAX_N the order is the batch's (correct for any call; the policy sends only 2..LF_MAX_N).
+constexpr int LF_MAX_N = 128;
+__device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane, i64* out) {
+    const i64 n = p.num_seqs;
+    i64 seq = r, bos, eos;
+    if (n < 2 || n > LF_MAX_N) {
+        bos = p.cu_seqlens[r];
+        eos = p.cu_seqlens[r + 1];
+    } else {
+        i64 b[4], e[4];
+        u32 key[4];
+        int rank[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int i = lane + 32 * q;
+            const bool ok = i < n;
+            b[q] = ok ? p.cu_seqlens[i] : 0;
+            e[q] = ok ? p.cu_seqlens[i + 1] : 0;
+        }
+        const int nn = (int)n;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            // (a slot past the last sequence gets key 0, which is greater than no key: it never counts)
+            const i64 len = e[q] > b[q] ? e[q] - b[q] : 0;
+            const u32 k = ((u32)min(len, (i64)((1 << 25) - 1)) << 7) | (u32)(127 - (lane + 32 * q));
+            key[q] = lane + 32 * q < nn ? k : 0u;
+            rank[q] = 0;
+        }
+        // (rolled: an unrolled form measured the same on the H200, session 26. The longest-first kernels cost ~1.5 us per
+        // wave of CTAs whatever N — 2 sequences of 8 tokens +1.4 us, 64 of 1024 +6 us over 4 waves — so not these steps;
+        // most likely the cu_seqlens round trip that now comes before the walkers' state loads.)
+#pragma unroll
+        for (int q2 = 0; q2 < 4; ++q2) {
+            if (32 * q2 >= nn) break;
+            const int m = min(32, nn - 32 * q2);
+            for (int s = 0; s < m; ++s) {
+                const u32 kj = __shfl_sync(0xffffffffu, key[q2], s);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) rank[q] += kj > key[q];
+            }
+        }
+        // the lane and slot q holding rank r (exactly one: the ranks of the n sequences are a permutation of 0..n-1)
+        int src = 0, qh = 0;
+#pragma unroll
+        for (int q = 3; q >= 0; --q) {
+            const u32 hit = __ballot_sync(0xffffffffu, lane + 32 * q < nn && rank[q] == (int)r);
+            if (hit) {
+                src = __ffs((int)hit) - 1;
+                qh = q;
+            }
+        }
+        i64 sb = b[0], se = e[0];
+#pragma unroll
+        for (int q = 1; q < 4; ++q) {
+            if (q == qh) {
+                sb = b[q];
+                se = e[q];
+            }
+        }
+        seq = 32 * qh + src;
+        bos = __shfl_sync(0xffffffffu, sb, src);
+        eos = __shfl_sync(0xffffffffu, se, src);
+    }
+    if (lane == 0) {
+        out[0] = seq;
+        out[1] = bos;
+        out[2] = eos;
+    }
+}
 
 // K Kᵀ and Q Kᵀ (16 x 16, k-dim 128) on tensor cores; [k-step parity][n-tile]: dependent chains of 4, not 8.
 template <int BV>
@@ -1099,7 +1183,7 @@ __device__ __forceinline__ void ksplit_output_walker(const PrefillParams& p, uns
 }
 
 // ------------------------------------------------------------------ the kernel body
-template <int NW, int NP, bool BF16STATE>
+template <int NW, int NP, bool BF16STATE, bool LF>
 __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     constexpr int BV = 16 * NW;
     constexpr int NVG = D / BV;
@@ -1125,7 +1209,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     const int tile = blockIdx.x;
     const int vg = tile % NVG;
     const int h = (tile / NVG) % HV;
-    const i64 seq = (i64)(tile / NVG) / HV;
+    const i64 grp = (i64)(tile / NVG) / HV;  // the sequence, or (LF) the rank of the sequence this CTA runs
+    i64 seq = grp;                           // (LF: set after the set-up barrier)
     const int hq = h / (HV / p.num_q_heads);
     const int lane = threadIdx.x & 31;
     int warp = threadIdx.x >> 5;
@@ -1134,7 +1219,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     // v6: sequence 0 starts at token 0 (cu_seqlens[0] = 0), so producer 0 loads its first chunk before cu_seqlens has
     // arrived — one DRAM round trip off the critical path of short calls. Rows < lead_rows exist in the tensors; the
     // rows past the sequence's end are zeroed once its length is known (below), and a cu_seqlens[0] != 0 reloads.
-    const bool spec = seq == 0 && p.lead_rows > 0 && warp == NWK;  // producer 0 (the bv16 idle warp is warp 4 > NWK)
+    const bool spec = !LF && seq == 0 && p.lead_rows > 0 && warp == NWK;  // producer 0 (the bv16 idle warp is warp 4 > NWK)
 #ifdef GDN_TRACE
     GDN_TR(warp == 0, 0, gtimer());
     GDN_TR(warp == 0, 1, clock64());
@@ -1143,7 +1228,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 #if GDN_EARLY_SEQ
     // v11: cu_seqlens and the head's gate parameters are requested before the barrier set-up below (cold DRAM round
     // trips: every CTA of a sequence > 0 waits for its offsets before it can load anything).
-    i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
+    i64 bos = LF ? 0 : p.cu_seqlens[seq], eos = LF ? 0 : p.cu_seqlens[seq + 1];
     float dtb = p.dt_bias[h], alog = p.A_log[h];
 #endif
     if (threadIdx.x == 0) {
@@ -1154,6 +1239,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             if (SCHEME == WALK_KSPLIT) mbar_init(sready0 + 8 * s, 32 * NW * 2);
         }
     }
+    i64* const lfv = reinterpret_cast<i64*>(pscr + PS_LF_OFF);  // (LF) warp 0's (sequence, bos, eos)
+    if (LF && threadIdx.x < 32) lf_rank(p, grp, lane, lfv);
 #if GDN_EARLY_SEQ
     // The offsets are used only through a value the barrier returns (the thread count, so + 0): otherwise ptxas computes
     // the sequence length before the barrier and every warp waits there for the DRAM round trip (a plain bar.sync
@@ -1166,11 +1253,18 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 #else
     __syncthreads();
 #endif
+    if constexpr (LF) {
+        seq = lfv[0];
+#if GDN_EARLY_SEQ
+        bos = lfv[1];
+        eos = lfv[2];
+#endif
+    }
     GDN_TR(warp == 0, 2, clock64());
     if (idle_warps<BV>() > 0 && threadIdx.x >> 5 == 4) return;
 
 #if !GDN_EARLY_SEQ
-    const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
+    const i64 bos = LF ? lfv[1] : p.cu_seqlens[seq], eos = LF ? lfv[2] : p.cu_seqlens[seq + 1];
     const float dtb = p.dt_bias[h], alog = p.A_log[h];
 #endif
     const i64 len = eos > bos ? eos - bos : 0;
@@ -1256,7 +1350,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 }  // namespace gdn_prefill
 
 // ---------------------------------------------------------------------------------------------------------
-// Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA.
+// Exported kernels. gdn_prefill_<state dtype>_bv<BV>: BV value columns per CTA. gdn_prefill_<state>_bv{64,128}_lf (v13):
+// the same tiles, sequences longest first (LF; launch constants identical to the plain tile's).
 //   grid  = (N · HV · (128 / BV), 1, 1)
 //   block = block_threads<BV>(): bv16 256 (v9: 2 k-split state walkers, 1 output walker, 5 producers), bv32 256 (2 + 2
 //           walkers, 4 producers), bv64 256 (4 walkers, 4 producers), bv128 384 (8 walkers, 4 producers)
@@ -1265,26 +1360,30 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 //           module as data (gdn_prefill_launch) and in the Rust registry, checked against these constexprs.
 // ---------------------------------------------------------------------------------------------------------
 #ifndef GDN_DEVICE_PLAN
-#define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
-    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)            \
-        NAME(const PrefillParams p) {                                                                       \
-        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(p);                          \
+#define GDN_PREFILL_KERNEL(NAME, NW, BF16, LF)                                                           \
+    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)        \
+        NAME(const PrefillParams p) {                                                                    \
+        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, LF>(p);                   \
     }
 #else  // the device plan's build: exit unless run_from <= the longest sequence < run_below (nothing written yet)
-#define GDN_PREFILL_KERNEL(NAME, NW, BF16)                                                                  \
-    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)            \
-        NAME(const PrefillPlanParams pp) {                                                                  \
-        if (pp.run_below < 0) return;                                                                       \
-        const i64 longest = longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);                                   \
-        if (longest >= pp.run_below || longest < pp.run_from) return;                                      \
-        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16>(pp.p);                       \
+#define GDN_PREFILL_KERNEL(NAME, NW, BF16, LF)                                                           \
+    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)        \
+        NAME(const PrefillPlanParams pp) {                                                               \
+        if (pp.run_below < 0) return;                                                                    \
+        const i64 longest = longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);                                 \
+        if (longest >= pp.run_below || longest < pp.run_from) return;                                    \
+        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, LF>(pp.p);                \
     }
 #endif
-GDN_PREFILL_KERNEL(gdn_prefill_f32_bv16, 1, false)
-GDN_PREFILL_KERNEL(gdn_prefill_f32_bv32, 2, false)
-GDN_PREFILL_KERNEL(gdn_prefill_f32_bv64, 4, false)
-GDN_PREFILL_KERNEL(gdn_prefill_f32_bv128, 8, false)
-GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv16, 1, true)
-GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv32, 2, true)
-GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv64, 4, true)
-GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv128, 8, true)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv16, 1, false, false)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv32, 2, false, false)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv64, 4, false, false)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv128, 8, false, false)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv16, 1, true, false)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv32, 2, true, false)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv64, 4, true, false)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv128, 8, true, false)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv64_lf, 4, false, true)
+GDN_PREFILL_KERNEL(gdn_prefill_f32_bv128_lf, 8, false, true)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv64_lf, 4, true, true)
+GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv128_lf, 8, true, true)

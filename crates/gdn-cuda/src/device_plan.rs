@@ -592,11 +592,13 @@ fn fused_for(
         .filter(|v| v.hot)
         .min_by(|a, b| expected(a).total_cmp(&expected(b)));
     let Some(v) = best else { return Ok(None) };
-    let mut c = policy::choose(s, caps, Some(v.name))?;
-    c.why = format!(
+    let why = format!(
         "device plan's fused launch: the best expected tile from {from} to {} tokens",
         show(below)
     );
+    let (v, why) = policy::fused_order(v, s, sms, why);
+    let mut c = policy::choose(s, caps, Some(v.name))?;
+    c.why = why;
     Ok(Some(c))
 }
 

@@ -538,6 +538,51 @@ fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
     }
 }
 
+/// Most sequences a longest-first fused kernel ranks (prefill.cu `LF_MAX_N`: four per lane of one warp).
+pub const LONGEST_FIRST_MAX_N: u64 = 128;
+/// Shortest longest sequence (tokens; the hinted one, or T without a hint) for which the fused kernels run the
+/// sequences longest first. The ranking puts a cu_seqlens round trip before each CTA's state load: ~1.5 µs per wave of
+/// CTAs (H200, session 26: 64×1024 bv128 289 → 296 µs, 28 sequences of 369 tokens in all 20.3 → 21.7). Reordering gains
+/// at most about the longest chain's wait for a free SM, which is short when every sequence is: measured gains start
+/// near 200 tokens (22 sequences, longest 192: −3.5 µs; 13, longest 210: −2.1 bv64, +1.4 bv128) and reach −15 to −32
+/// µs from ~700 (the "30 mixed" anchor, longest 700: 71.6 → 56.5 µs).
+pub const LONGEST_FIRST_MIN_TOKENS: u64 = 256;
+
+/// Whether a fused launch of `ctas` CTAs for `s` should run the sequences longest first (prefill.cu v13): 2..=128
+/// sequences; a grid wider than the GPU (only then can a late long sequence wait for a second wave); a longest sequence
+/// that can reach `LONGEST_FIRST_MIN_TOKENS`; and lengths not known to be equal (a hint of ceil(T/N): the order changes
+/// nothing there and the ranking costs every CTA). Without a hint the lengths may be skewed, so only T bounds it.
+pub fn fused_longest_first(s: &Shape, ctas: u64, sms: u64) -> bool {
+    let l = cost::Lengths::of(s);
+    let hinted = s.max_seq_len > 0;
+    let equal = hinted && l.longest <= l.tokens.div_ceil(l.seqs);
+    let longest = if hinted { l.longest } else { l.tokens };
+    (2..=LONGEST_FIRST_MAX_N).contains(&(s.num_seqs as u64))
+        && ctas > sms
+        && longest >= LONGEST_FIRST_MIN_TOKENS
+        && !equal
+}
+
+/// Fused tile `v` for `s`, or its longest-first build where `fused_longest_first` says so (with why appended).
+pub(crate) fn fused_order(
+    v: &'static Variant,
+    s: &Shape,
+    sms: u64,
+    why: String,
+) -> (&'static Variant, String) {
+    let (x, y, z) = grid_of(v, s);
+    match registry::longest_first_of(v) {
+        Some(lf) if fused_longest_first(s, x * y * z, sms) => (
+            lf,
+            format!(
+                "{why}; sequences longest first ({} CTAs > {sms} SMs)",
+                x * y * z
+            ),
+        ),
+        _ => (v, why),
+    }
+}
+
 fn automatic(
     s: &Shape,
     caps: &DeviceCaps,
@@ -550,7 +595,7 @@ fn automatic(
     let sms = (caps.sm_count as u64).max(1);
     if family == Family::Prefill {
         let (v, _, why) = fused_tile(s, sms).ok_or(none)?;
-        return Ok((v, why));
+        return Ok(fused_order(v, s, sms, why));
     }
     let equiv = equivalent_batch(s.num_seqs as u64, s.num_v_heads as u64, sms);
     let row = RECURRENT_TABLE
@@ -1054,13 +1099,17 @@ pub fn prefill_override_for(
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ForcedPlan {
     Kind(PlanKind),
+    /// The fused plan's tile with its sequences longest first (prefill.cu v13): the automatic tile's longest-first
+    /// build, or bv64's where that tile has none; whatever the shape, so that every check case runs the ranking.
+    FusedLongestFirst,
     Device(device_plan::DeviceRoute),
 }
 
 impl ForcedPlan {
     /// Every host plan, the device plan with the model's thresholds, and each of its forced routes.
-    pub const CHECKED: [ForcedPlan; 9] = [
+    pub const CHECKED: [ForcedPlan; 10] = [
         ForcedPlan::Kind(PlanKind::Fused),
+        ForcedPlan::FusedLongestFirst,
         ForcedPlan::Kind(PlanKind::Chunk64),
         ForcedPlan::Kind(PlanKind::ContextParallel),
         ForcedPlan::Kind(PlanKind::ContextParallelWide),
@@ -1074,6 +1123,7 @@ impl ForcedPlan {
     pub fn name(self) -> &'static str {
         match self {
             ForcedPlan::Kind(k) => k.name(),
+            ForcedPlan::FusedLongestFirst => "fused-lf",
             ForcedPlan::Device(r) => r.override_name(),
         }
     }
@@ -1082,6 +1132,20 @@ impl ForcedPlan {
     pub fn override_for(self, s: &Shape, caps: &DeviceCaps) -> Result<&'static str, Rejection> {
         match self {
             ForcedPlan::Kind(k) => prefill_override_for(k, s, caps),
+            ForcedPlan::FusedLongestFirst => {
+                let tile = choose(s, caps, None)?.variant;
+                registry::longest_first_of(tile)
+                    .or_else(|| {
+                        registry::VARIANTS
+                            .iter()
+                            .find(|v| v.longest_first && v.state == s.state && v.ctas_per_head == 2)
+                    })
+                    .map(|v| v.name)
+                    .ok_or(Rejection::NoVariant {
+                        family: Family::Prefill,
+                        state: s.state,
+                    })
+            }
             ForcedPlan::Device(r) => Ok(r.override_name()),
         }
     }

@@ -116,6 +116,10 @@ pub struct Variant {
     pub block_expr: Option<&'static str>,
     /// On a path the policy takes: `gdn kernels` fails when a hot kernel spills.
     pub hot: bool,
+    /// A fused prefill tile that runs the sequences longest first (`gdn_prefill_*_lf`, prefill.cu v13): the same
+    /// launch as the plain tile of its width, another CTA-to-sequence map. `candidates` leaves these out; the policy
+    /// swaps a plain tile for its build (`longest_first_of`) where `policy::fused_longest_first` says so.
+    pub longest_first: bool,
 }
 
 pub const RECURRENT: Module = Module {
@@ -406,6 +410,7 @@ const fn recurrent(
         smem_expr: None,
         block_expr: None,
         hot,
+        longest_first: false,
     }
 }
 
@@ -430,6 +435,7 @@ const fn prefill(
         smem_expr: Some(smem_expr),
         block_expr: Some(block_expr),
         hot: true,
+        longest_first: false,
     }
 }
 
@@ -458,6 +464,17 @@ const fn prefill64_kernel(
         smem_expr: Some(smem_expr),
         block_expr: None,
         hot: true,
+        longest_first: false,
+    }
+}
+
+/// The longest-first build of a fused prefill tile (`Variant::longest_first`, prefill.cu v13): the plain tile's launch
+/// under another name.
+const fn longest_first_build(name: &'static str, plain: Variant) -> Variant {
+    Variant {
+        name,
+        longest_first: true,
+        ..plain
     }
 }
 
@@ -478,6 +495,7 @@ const fn cp_wide_pass(name: &'static str, family: Family, state: StateDtype) -> 
         smem_expr: Some(prefill64::WALK2_SMEM_EXPR),
         block_expr: None,
         hot: true,
+        longest_first: false,
     }
 }
 
@@ -500,6 +518,7 @@ const fn cp_scan_kernel(name: &'static str, ctas_per_head: u32) -> Variant {
         smem_expr: Some(prefill64::CP_SCAN_SMEM_EXPR),
         block_expr: None,
         hot: true,
+        longest_first: false,
     }
 }
 
@@ -683,6 +702,54 @@ pub static VARIANTS: &[Variant] = &[
         "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
         "gdn_prefill::block_threads<128>()",
     ),
+    longest_first_build(
+        "gdn_prefill_f32_bv64_lf",
+        prefill(
+            "gdn_prefill_f32_bv64",
+            F32,
+            64,
+            4,
+            151_248,
+            "gdn_prefill::smem_bytes<64, gdn_prefill::producers<64>()>()",
+            "gdn_prefill::block_threads<64>()",
+        ),
+    ),
+    longest_first_build(
+        "gdn_prefill_f32_bv128_lf",
+        prefill(
+            "gdn_prefill_f32_bv128",
+            F32,
+            128,
+            4,
+            172_752,
+            "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
+            "gdn_prefill::block_threads<128>()",
+        ),
+    ),
+    longest_first_build(
+        "gdn_prefill_bf16_bv64_lf",
+        prefill(
+            "gdn_prefill_bf16_bv64",
+            BF16,
+            64,
+            4,
+            151_248,
+            "gdn_prefill::smem_bytes<64, gdn_prefill::producers<64>()>()",
+            "gdn_prefill::block_threads<64>()",
+        ),
+    ),
+    longest_first_build(
+        "gdn_prefill_bf16_bv128_lf",
+        prefill(
+            "gdn_prefill_bf16_bv128",
+            BF16,
+            128,
+            4,
+            172_752,
+            "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
+            "gdn_prefill::block_threads<128>()",
+        ),
+    ),
     prefill64_kernel(
         "gdn_prefill64_prep",
         Prefill64Prep,
@@ -766,10 +833,22 @@ pub fn find(name: &str) -> Option<&'static Variant> {
 }
 
 /// The variants of one family and state dtype, in table order.
+/// The kernels of `family` for `state` (for the fused prefill, the plain tiles: not the longest-first builds).
 pub fn candidates(family: Family, state: StateDtype) -> impl Iterator<Item = &'static Variant> {
     VARIANTS
         .iter()
-        .filter(move |v| v.family == family && v.state == state)
+        .filter(move |v| v.family == family && v.state == state && !v.longest_first)
+}
+
+/// The longest-first build of fused prefill tile `v` (the same state and width; `v` itself when it is one), or None
+/// (a tile without one: bv16, bv32, whose calls are short and latency-bound).
+pub fn longest_first_of(v: &Variant) -> Option<&'static Variant> {
+    VARIANTS.iter().find(|w| {
+        w.longest_first
+            && w.family == v.family
+            && w.state == v.state
+            && w.ctas_per_head == v.ctas_per_head
+    })
 }
 
 /// The text appended to a module's source before compiling: one check per launch constant that the

@@ -28,6 +28,21 @@ fn pick(s: &Shape) -> &'static str {
     choose(s, &H100, None).unwrap().variant.name
 }
 
+/// The fused tile `choose` picks for `s`, by the name of its plain build (the longest-first swap aside; it has its
+/// own test, `fused_tiles_run_longest_first_where_a_second_wave_can_wait`).
+fn tile(s: &Shape) -> &'static str {
+    let v = choose(s, &H100, None).unwrap().variant;
+    match v.longest_first {
+        true => {
+            registry::candidates(v.family, v.state)
+                .find(|w| w.ctas_per_head == v.ctas_per_head)
+                .expect("a longest-first tile has a plain build")
+                .name
+        }
+        false => v.name,
+    }
+}
+
 /// Every row of the recurrent table at its boundary (qk4_v8, 132 SMs: equivalent batch = B).
 #[test]
 fn recurrent_table_boundaries() {
@@ -104,7 +119,7 @@ fn fused_tile_without_a_length_hint() {
     // N sequences of 1024 tokens on average: BV = largest with N * 8 * 128/BV >= 0.9 * 132 = 118.8 (a
     // hedge against skew the host cannot see)
     let p = |n: usize, st| {
-        pick(&Shape {
+        tile(&Shape {
             total_tokens: n * 1024,
             ..shape(Op::Prefill, n, 0, st)
         })
@@ -122,7 +137,7 @@ fn fused_tile_without_a_length_hint() {
     // tiny calls, where no split of the tokens changes the best tile: that tile (one wave of CTAs; measured
     // 5 sequences of 9 tokens: bv64 6.8 us, the fill rule's bv32 10.0)
     let tiny = |n, t| {
-        pick(&Shape {
+        tile(&Shape {
             total_tokens: t,
             ..shape(Op::Prefill, n, 0, F32)
         })
@@ -137,7 +152,7 @@ fn fused_tile_follows_the_cost_model() {
     // narrow ones when a long chain dominates (each row is the measured-best tile on the H200,
     // results/prefill_plans.md); without one the anchors get the same tiles
     let p = |n, t, hint, st| {
-        pick(&Shape {
+        tile(&Shape {
             total_tokens: t,
             max_seq_len: hint,
             ..shape(Op::Prefill, n, 0, st)
@@ -170,6 +185,87 @@ fn fused_tile_follows_the_cost_model() {
             .unwrap()
             .is_empty()
     );
+}
+
+#[test]
+fn fused_tiles_run_longest_first_where_a_second_wave_can_wait() {
+    use gdn_cuda::policy::{fused_longest_first, LONGEST_FIRST_MAX_N, LONGEST_FIRST_MIN_TOKENS};
+    let p = |n: usize, t: usize, hint: usize| {
+        pick(&Shape {
+            total_tokens: t,
+            max_seq_len: hint,
+            ..shape(Op::Prefill, n, 0, StateDtype::F32)
+        })
+    };
+    // the "30 mixed" anchor (longest 700 tokens, hinted): bv128, 240 CTAs on 132 SMs
+    assert_eq!(p(30, 8120, 700), "gdn_prefill_f32_bv128_lf");
+    // no hint: the lengths may be skewed
+    assert_eq!(p(30, 8120, 0), "gdn_prefill_f32_bv128_lf");
+    // hinted equal lengths (64x1024, 32x256): nothing to reorder, the plain kernel
+    assert_eq!(p(64, 65_536, 1024), "gdn_prefill_f32_bv128");
+    assert_eq!(p(32, 8192, 256), "gdn_prefill_f32_bv128");
+    // narrow tiles (bv16, bv32) have no longest-first build
+    assert_eq!(p(53, 8192, 4021), "gdn_prefill_f32_bv32");
+    let bf16 = Shape {
+        total_tokens: 57 * 150,
+        ..shape(Op::Prefill, 57, 0, StateDtype::BF16)
+    };
+    assert_eq!(pick(&bf16), "gdn_prefill_bf16_bv128_lf");
+    // short sequences only (28 sequences, 369 tokens, longest 189): the ranking's cost, no gain
+    assert_eq!(p(28, 369, 189), "gdn_prefill_f32_bv128");
+    // the rule itself: 2..=128 sequences, a grid wider than the GPU, a longest sequence that can reach 256 tokens,
+    // lengths not known to be equal
+    let s = |n: usize, hint: usize| Shape {
+        total_tokens: n * 200,
+        max_seq_len: hint,
+        ..shape(Op::Prefill, n, 0, StateDtype::F32)
+    };
+    let min = LONGEST_FIRST_MIN_TOKENS as usize;
+    assert!(fused_longest_first(&s(2, min), 133, 132));
+    assert!(!fused_longest_first(&s(2, min), 132, 132)); // one wave: nothing waits
+    assert!(!fused_longest_first(&s(2, min - 1), 133, 132)); // every chain short
+    assert!(!fused_longest_first(&s(1, 0), 1000, 132));
+    let max = LONGEST_FIRST_MAX_N as usize;
+    assert!(fused_longest_first(&s(max, 0), 1000, 132));
+    assert!(!fused_longest_first(&s(max + 1, 0), 1000, 132));
+    // no hint: T bounds the longest sequence
+    assert!(fused_longest_first(&s(2, 0), 1000, 132)); // T = 400
+    assert!(!fused_longest_first(
+        &Shape {
+            total_tokens: min - 1,
+            ..s(2, 0)
+        },
+        1000,
+        132
+    ));
+    // hinted equal lengths: every sequence ceil(T/N) long
+    let long = |n: usize, hint: usize| Shape {
+        total_tokens: n * 1000,
+        ..s(n, hint)
+    };
+    assert!(!fused_longest_first(&long(40, 1000), 1000, 132));
+    assert!(fused_longest_first(&long(40, 1001), 1000, 132));
+    // every longest-first build is a plain tile's: same launch, same module
+    for v in VARIANTS.iter().filter(|v| v.longest_first) {
+        let plain = registry::candidates(v.family, v.state)
+            .find(|w| w.ctas_per_head == v.ctas_per_head)
+            .unwrap();
+        assert_eq!(
+            registry::longest_first_of(plain).map(|w| w.name),
+            Some(v.name)
+        );
+        assert_eq!(
+            (v.block, v.dyn_smem, v.grid, v.module.id, v.family),
+            (
+                plain.block,
+                plain.dyn_smem,
+                plain.grid,
+                plain.module.id,
+                plain.family
+            )
+        );
+        assert_eq!(v.name, format!("{}_lf", plain.name));
+    }
 }
 
 #[test]
