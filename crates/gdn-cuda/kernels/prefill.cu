@@ -64,6 +64,8 @@
 //                     runs the sequence of rank r (longest first; lf_rank below), so that on a grid wider than the GPU
 //                     a long sequence's chain starts in the first wave instead of after the short sequences before it
 //                     in the batch. The plain kernels are unchanged (the policy picks _lf: policy.rs fused_order).
+//                     H200: "30 mixed" 71.8 -> 55.6 us, contest-like mix (hinted) 2792 -> 2740 us (results/prefill_s26.md).
+//                     v13.1: the ranking counts from shared memory (shuffles cost ~2.5 us per CTA wave at N = 64).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -440,13 +442,25 @@ __device__ __forceinline__ void zero_rows(unsigned char* slot, int from, int lan
 // the sequence of rank r: the sequences longer than it, or as long and before it in the batch — a strict total order,
 // so the ranks are a permutation and every (sequence, head, tile) still has exactly one CTA. Warp 0 ranks (lane l holds
 // sequences l, l + 32, l + 64, l + 96; 32-bit keys (length clamped to 2^25 − 1, 127 − index): one round of cu_seqlens
-// loads, N shuffles) and leaves (sequence, bos, eos) in shared memory for the CTA, read after the set-up barrier.
+// loads, then N/4 broadcast loads of the keys from shared memory) and leaves (sequence, bos, eos) in shared memory for
+// the CTA, read after the set-up barrier.
 // With N < 2 or N > LF_MAX_N the order is the batch's (correct for any call; the policy sends only 2..LF_MAX_N).
+// Experiments only (the production build passes none): GDN_LF_ALL=1 builds the plain bv64 / bv128 names with the LF
+// body (the harness times them beside the production build); GDN_LF_ABLATE=1 skips the ranking (warp 0 broadcasts the
+// batch order's offsets), =2 ranks and then keeps the batch order anyway: what the ranking's steps cost, apart.
+#ifndef GDN_LF_ALL
+#define GDN_LF_ALL 0
+#endif
+#ifndef GDN_LF_ABLATE
+#define GDN_LF_ABLATE 0
+#endif
 constexpr int LF_MAX_N = 128;
-__device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane, i64* out) {
+// Whether kernel (NW walkers' tile, LF) builds the longest-first body (GDN_LF_ALL: every bv64 / bv128 name does).
+__host__ __device__ constexpr bool lf_body(int nw, bool lf) { return lf || (GDN_LF_ALL && nw >= 4); }
+__device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane, u32* keys, i64* out) {
     const i64 n = p.num_seqs;
     i64 seq = r, bos, eos;
-    if (n < 2 || n > LF_MAX_N) {
+    if (GDN_LF_ABLATE == 1 || n < 2 || n > LF_MAX_N) {
         bos = p.cu_seqlens[r];
         eos = p.cu_seqlens[r + 1];
     } else {
@@ -469,18 +483,20 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
             key[q] = lane + 32 * q < nn ? k : 0u;
             rank[q] = 0;
         }
-        // (rolled: an unrolled form measured the same on the H200, session 26. The longest-first kernels cost ~1.5 us per
-        // wave of CTAs whatever N — 2 sequences of 8 tokens +1.4 us, 64 of 1024 +6 us over 4 waves — so not these steps;
-        // most likely the cu_seqlens round trip that now comes before the walkers' state loads.)
+        // Counting from shared memory (v13.1): the keys go to `keys`, and every lane compares its four against all of
+        // them, four keys per 16-byte broadcast load. A first form took each key from a shuffle, N dependent-latency
+        // steps: ~2.5 us per wave of CTAs at N = 64 (H200 harness, 64x1024 bv128: 289.1 us plain, 299.5 ranked,
+        // 297.9 ranked but run in batch order, 289.3 with the offsets broadcast and no ranking).
 #pragma unroll
-        for (int q2 = 0; q2 < 4; ++q2) {
-            if (32 * q2 >= nn) break;
-            const int m = min(32, nn - 32 * q2);
-            for (int s = 0; s < m; ++s) {
-                const u32 kj = __shfl_sync(0xffffffffu, key[q2], s);
+        for (int q = 0; q < 4; ++q) keys[lane + 32 * q] = key[q];
+        __syncwarp();
+        const uint4* k4 = reinterpret_cast<const uint4*>(keys);
+#pragma unroll 4
+        for (int j = 0; j < (nn + 3) >> 2; ++j) {
+            const uint4 kk = k4[j];
 #pragma unroll
-                for (int q = 0; q < 4; ++q) rank[q] += kj > key[q];
-            }
+            for (int q = 0; q < 4; ++q)
+                rank[q] += (int)(kk.x > key[q]) + (int)(kk.y > key[q]) + (int)(kk.z > key[q]) + (int)(kk.w > key[q]);
         }
         // the lane and slot q holding rank r (exactly one: the ranks of the n sequences are a permutation of 0..n-1)
         int src = 0, qh = 0;
@@ -492,6 +508,10 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
                 qh = q;
             }
         }
+#if GDN_LF_ABLATE == 2
+        src = (int)(r & 31) ^ (rank[0] + rank[1] + rank[2] + rank[3] == -1);  // (never true: keeps the ranking live)
+        qh = (int)(r >> 5);
+#endif
         i64 sb = b[0], se = e[0];
 #pragma unroll
         for (int q = 1; q < 4; ++q) {
@@ -1240,7 +1260,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         }
     }
     i64* const lfv = reinterpret_cast<i64*>(pscr + PS_LF_OFF);  // (LF) warp 0's (sequence, bos, eos)
-    if (LF && threadIdx.x < 32) lf_rank(p, grp, lane, lfv);
+    // (the keys' 512 bytes: ring slot 0, which nothing touches before the set-up barrier here: LF has no speculative load)
+    if (LF && threadIdx.x < 32) lf_rank(p, grp, lane, reinterpret_cast<u32*>(smem), lfv);
 #if GDN_EARLY_SEQ
     // The offsets are used only through a value the barrier returns (the thread count, so + 0): otherwise ptxas computes
     // the sequence length before the barrier and every warp waits there for the DRAM round trip (a plain bar.sync
@@ -1363,7 +1384,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16, LF)                                                           \
     extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)        \
         NAME(const PrefillParams p) {                                                                    \
-        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, LF>(p);                   \
+        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, gdn_prefill::lf_body(NW, LF)>(p); \
     }
 #else  // the device plan's build: exit unless run_from <= the longest sequence < run_below (nothing written yet)
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16, LF)                                                           \
@@ -1372,7 +1393,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         if (pp.run_below < 0) return;                                                                    \
         const i64 longest = longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);                                 \
         if (longest >= pp.run_below || longest < pp.run_from) return;                                    \
-        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, LF>(pp.p);                \
+        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, gdn_prefill::lf_body(NW, LF)>(pp.p); \
     }
 #endif
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv16, 1, false, false)

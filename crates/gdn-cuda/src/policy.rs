@@ -541,12 +541,12 @@ fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
 /// Most sequences a longest-first fused kernel ranks (prefill.cu `LF_MAX_N`: four per lane of one warp).
 pub const LONGEST_FIRST_MAX_N: u64 = 128;
 /// Shortest longest sequence (tokens; the hinted one, or T without a hint) for which the fused kernels run the
-/// sequences longest first. The ranking puts a cu_seqlens round trip before each CTA's state load: ~1.5 µs per wave of
-/// CTAs (H200, session 26: 64×1024 bv128 289 → 296 µs, 28 sequences of 369 tokens in all 20.3 → 21.7). Reordering gains
-/// at most about the longest chain's wait for a free SM, which is short when every sequence is: measured gains start
-/// near 200 tokens (22 sequences, longest 192: −3.5 µs; 13, longest 210: −2.1 bv64, +1.4 bv128) and reach −15 to −32
-/// µs from ~700 (the "30 mixed" anchor, longest 700: 71.6 → 56.5 µs).
-pub const LONGEST_FIRST_MIN_TOKENS: u64 = 256;
+/// sequences longest first. Reordering gains at most about the longest chain's wait for a free SM, short when every
+/// sequence is; the ranking costs each CTA ~0.3–0.4 µs (H200 harness, session 26: 64×1024 bv128 294.2 → 295.8 µs over 4
+/// waves, 32×256 51.4 → 52.6). With a first, slower ranking (~1.5 µs per wave) the contest-like mix gained from a
+/// longest sequence of ~190 tokens on (22 sequences, longest 192: −3.5 µs) and lost below (longest 89: +1.4), and the
+/// "30 mixed" anchor (longest 700) went 71.6 → 56.5 µs. 128 tokens: 8 chunks of chain.
+pub const LONGEST_FIRST_MIN_TOKENS: u64 = 128;
 
 /// Whether a fused launch of `ctas` CTAs for `s` should run the sequences longest first (prefill.cu v13): 2..=128
 /// sequences; a grid wider than the GPU (only then can a late long sequence wait for a second wave); a longest sequence

@@ -211,12 +211,13 @@ fn fused_tiles_run_longest_first_where_a_second_wave_can_wait() {
         ..shape(Op::Prefill, 57, 0, StateDtype::BF16)
     };
     assert_eq!(pick(&bf16), "gdn_prefill_bf16_bv128_lf");
-    // short sequences only (28 sequences, 369 tokens, longest 189): the ranking's cost, no gain
-    assert_eq!(p(28, 369, 189), "gdn_prefill_f32_bv128");
-    // the rule itself: 2..=128 sequences, a grid wider than the GPU, a longest sequence that can reach 256 tokens,
+    // short sequences only (28 sequences, 369 tokens, longest 100): the ranking's cost, no gain
+    assert_eq!(p(28, 369, 100), "gdn_prefill_f32_bv128");
+    assert_eq!(p(28, 369, 189), "gdn_prefill_f32_bv128_lf");
+    // the rule itself: 2..=128 sequences, a grid wider than the GPU, a longest sequence that can reach 128 tokens,
     // lengths not known to be equal
     let s = |n: usize, hint: usize| Shape {
-        total_tokens: n * 200,
+        total_tokens: n * 100,
         max_seq_len: hint,
         ..shape(Op::Prefill, n, 0, StateDtype::F32)
     };
@@ -229,7 +230,7 @@ fn fused_tiles_run_longest_first_where_a_second_wave_can_wait() {
     assert!(fused_longest_first(&s(max, 0), 1000, 132));
     assert!(!fused_longest_first(&s(max + 1, 0), 1000, 132));
     // no hint: T bounds the longest sequence
-    assert!(fused_longest_first(&s(2, 0), 1000, 132)); // T = 400
+    assert!(fused_longest_first(&s(2, 0), 1000, 132)); // T = 200
     assert!(!fused_longest_first(
         &Shape {
             total_tokens: min - 1,
