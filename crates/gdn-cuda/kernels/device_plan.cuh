@@ -17,38 +17,32 @@
 // all in one round of independent loads.
 constexpr int DEVICE_PLAN_MAX_N = 256;
 
-// max over i < n of cu[i + 1] − cu[i] (n <= DEVICE_PLAN_MAX_N; 0 when n <= 0). Whole warps call it; the result is
-// warp-uniform and comes from redux.sync, so ptxas keeps what derives from it on the uniform datapath.
-__device__ __forceinline__ i64 longest_seq(const i64* cu, i64 n) {
+// max (LONGEST) or min over i < n of cu[i + 1] − cu[i] (n <= DEVICE_PLAN_MAX_N; 0 when n <= 0). Whole warps call it; the
+// result is warp-uniform and comes from redux.sync, so ptxas keeps what derives from it on the uniform datapath.
+template <bool LONGEST>
+__device__ __forceinline__ i64 seq_len_bound(const i64* cu, i64 n) {
     const int lane = threadIdx.x & 31;
-    i64 m = 0;
+    i64 m = LONGEST || n <= 0 ? 0 : (i64)0x7fffffffffffffffLL;
 #pragma unroll
     for (int r = 0; r < DEVICE_PLAN_MAX_N / 32; ++r) {
         const i64 i = (i64)r * 32 + lane;
         if (i < n) {
             const i64 len = cu[i + 1] - cu[i];
-            m = len > m ? len : m;
+            m = (LONGEST ? len > m : len < m) ? len : m;
         }
     }
-    const u32 hi = __reduce_max_sync(0xffffffffu, (u32)((u64)m >> 32));
-    const u32 lo = __reduce_max_sync(0xffffffffu, (u32)((u64)m >> 32) == hi ? (u32)m : 0u);
-    return (i64)(((u64)hi << 32) | lo);
-}
-
-// min over i < n of cu[i + 1] − cu[i] (n <= DEVICE_PLAN_MAX_N; 0 when n <= 0), warp-uniform like longest_seq (whose loads
-// it repeats: L1 hits). prefill.cu's longest-first kernels keep batch order when it equals the longest (session 26).
-__device__ __forceinline__ i64 shortest_seq(const i64* cu, i64 n) {
-    const int lane = threadIdx.x & 31;
-    i64 m = n > 0 ? (i64)0x7fffffffffffffffLL : 0;
-#pragma unroll
-    for (int r = 0; r < DEVICE_PLAN_MAX_N / 32; ++r) {
-        const i64 i = (i64)r * 32 + lane;
-        if (i < n) {
-            const i64 len = cu[i + 1] - cu[i];
-            m = len < m ? len : m;
-        }
+    u32 hi, lo;
+    if (LONGEST) {
+        hi = __reduce_max_sync(0xffffffffu, (u32)((u64)m >> 32));
+        lo = __reduce_max_sync(0xffffffffu, (u32)((u64)m >> 32) == hi ? (u32)m : 0u);
+    } else {
+        hi = __reduce_min_sync(0xffffffffu, (u32)((u64)m >> 32));
+        lo = __reduce_min_sync(0xffffffffu, (u32)((u64)m >> 32) == hi ? (u32)m : 0xffffffffu);
     }
-    const u32 hi = __reduce_min_sync(0xffffffffu, (u32)((u64)m >> 32));
-    const u32 lo = __reduce_min_sync(0xffffffffu, (u32)((u64)m >> 32) == hi ? (u32)m : 0xffffffffu);
     return (i64)(((u64)hi << 32) | lo);
 }
+// The device plan's longest sequence.
+__device__ __forceinline__ i64 longest_seq(const i64* cu, i64 n) { return seq_len_bound<true>(cu, n); }
+// The shortest: prefill.cu's longest-first kernels keep batch order when it equals the longest (session 26; the loads
+// repeat longest_seq's: L1 hits).
+__device__ __forceinline__ i64 shortest_seq(const i64* cu, i64 n) { return seq_len_bound<false>(cu, n); }

@@ -530,6 +530,44 @@ use StateDtype::{BF16, F32};
 /// Every variant gdn knows (recurrent.cu's header lists block / CTAS_PER_HEAD / grid of each export;
 /// prefill.cu's dynamic shared memory is `gdn_prefill::smem_bytes<BV, GDN_NP>()`; prefill64.cu's
 /// constants are the `prefill64` module above).
+/// The wide fused tiles, each in the table twice: plain and longest first (`longest_first_build`).
+const PREFILL_F32_BV64: Variant = prefill(
+    "gdn_prefill_f32_bv64",
+    F32,
+    64,
+    4,
+    151_248,
+    "gdn_prefill::smem_bytes<64, gdn_prefill::producers<64>()>()",
+    "gdn_prefill::block_threads<64>()",
+);
+const PREFILL_F32_BV128: Variant = prefill(
+    "gdn_prefill_f32_bv128",
+    F32,
+    128,
+    4,
+    172_752,
+    "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
+    "gdn_prefill::block_threads<128>()",
+);
+const PREFILL_BF16_BV64: Variant = prefill(
+    "gdn_prefill_bf16_bv64",
+    BF16,
+    64,
+    4,
+    151_248,
+    "gdn_prefill::smem_bytes<64, gdn_prefill::producers<64>()>()",
+    "gdn_prefill::block_threads<64>()",
+);
+const PREFILL_BF16_BV128: Variant = prefill(
+    "gdn_prefill_bf16_bv128",
+    BF16,
+    128,
+    4,
+    172_752,
+    "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
+    "gdn_prefill::block_threads<128>()",
+);
+
 pub static VARIANTS: &[Variant] = &[
     recurrent(
         "gdn_recurrent_f32_t1_v4r2w8",
@@ -648,24 +686,8 @@ pub static VARIANTS: &[Variant] = &[
         "gdn_prefill::smem_bytes<32, gdn_prefill::producers<32>()>()",
         "gdn_prefill::block_threads<32>()",
     ),
-    prefill(
-        "gdn_prefill_f32_bv64",
-        F32,
-        64,
-        4,
-        151_248,
-        "gdn_prefill::smem_bytes<64, gdn_prefill::producers<64>()>()",
-        "gdn_prefill::block_threads<64>()",
-    ),
-    prefill(
-        "gdn_prefill_f32_bv128",
-        F32,
-        128,
-        4,
-        172_752,
-        "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
-        "gdn_prefill::block_threads<128>()",
-    ),
+    PREFILL_F32_BV64,
+    PREFILL_F32_BV128,
     prefill(
         "gdn_prefill_bf16_bv16",
         BF16,
@@ -684,72 +706,12 @@ pub static VARIANTS: &[Variant] = &[
         "gdn_prefill::smem_bytes<32, gdn_prefill::producers<32>()>()",
         "gdn_prefill::block_threads<32>()",
     ),
-    prefill(
-        "gdn_prefill_bf16_bv64",
-        BF16,
-        64,
-        4,
-        151_248,
-        "gdn_prefill::smem_bytes<64, gdn_prefill::producers<64>()>()",
-        "gdn_prefill::block_threads<64>()",
-    ),
-    prefill(
-        "gdn_prefill_bf16_bv128",
-        BF16,
-        128,
-        4,
-        172_752,
-        "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
-        "gdn_prefill::block_threads<128>()",
-    ),
-    longest_first_build(
-        "gdn_prefill_f32_bv64_lf",
-        prefill(
-            "gdn_prefill_f32_bv64",
-            F32,
-            64,
-            4,
-            151_248,
-            "gdn_prefill::smem_bytes<64, gdn_prefill::producers<64>()>()",
-            "gdn_prefill::block_threads<64>()",
-        ),
-    ),
-    longest_first_build(
-        "gdn_prefill_f32_bv128_lf",
-        prefill(
-            "gdn_prefill_f32_bv128",
-            F32,
-            128,
-            4,
-            172_752,
-            "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
-            "gdn_prefill::block_threads<128>()",
-        ),
-    ),
-    longest_first_build(
-        "gdn_prefill_bf16_bv64_lf",
-        prefill(
-            "gdn_prefill_bf16_bv64",
-            BF16,
-            64,
-            4,
-            151_248,
-            "gdn_prefill::smem_bytes<64, gdn_prefill::producers<64>()>()",
-            "gdn_prefill::block_threads<64>()",
-        ),
-    ),
-    longest_first_build(
-        "gdn_prefill_bf16_bv128_lf",
-        prefill(
-            "gdn_prefill_bf16_bv128",
-            BF16,
-            128,
-            4,
-            172_752,
-            "gdn_prefill::smem_bytes<128, gdn_prefill::producers<128>()>()",
-            "gdn_prefill::block_threads<128>()",
-        ),
-    ),
+    PREFILL_BF16_BV64,
+    PREFILL_BF16_BV128,
+    longest_first_build("gdn_prefill_f32_bv64_lf", PREFILL_F32_BV64),
+    longest_first_build("gdn_prefill_f32_bv128_lf", PREFILL_F32_BV128),
+    longest_first_build("gdn_prefill_bf16_bv64_lf", PREFILL_BF16_BV64),
+    longest_first_build("gdn_prefill_bf16_bv128_lf", PREFILL_BF16_BV128),
     prefill64_kernel(
         "gdn_prefill64_prep",
         Prefill64Prep,
