@@ -112,12 +112,25 @@ struct Prefill64Params {
 // plan_cp_from). A build of its own because a params struct of more than 128 bytes changed ptxas's code for the walks
 // even where no guard ran (1x8192 plain walk 209 -> 220 us, 4x2048 76.0 -> 79.1; H200, same process): host-planned
 // calls keep these kernels exactly as they were.
+// v15 (session 27): the device plan's launches are persistent. A launch that is not the call's costs one wave of CTAs
+// that read X and exit (~0.8 us per wave on the H200), and the grids sized for the call (prep (T/64 + N + 1)·HV CTAs,
+// six per SM; the walk N·HV·2, one per SM) took 2-11 waves each: blind 64x1024 paid ~29 us of exits. So each launch
+// now has at most one wave of CTAs (device_plan.rs `launched_ctas`), and they loop over the grid the host sized
+// (`vgrid`, the default build's grid of the same kernel; dp_items below): the prep by a fixed stride (its items cost
+// the same), the walks and the scan by claiming the next item from a counter (their items differ: a CTA that is done
+// takes the next, as the block scheduler would hand it a new CTA). The prep zeroes the counters; it runs whenever a
+// launch that claims does, before it in the stream.
+constexpr int DP_LAUNCHES = 5;     // prep, walk, cp pass 1, cp scan, cp pass 3 (the vgrid / counter index)
 struct Prefill64PlanParams {
     Prefill64Params p;             //   0
     i64 plan_from;                 // 128: tokens (0: always; i64 max: never)
     i64 plan_cp_from;              // 136: tokens (i64 max: never cp)
     i32 plan_cp_l_lo;              // 144: >= 1: the L the host sized the cp grids and workspace for
     i32 plan_cp_l_hi;              // 148: >= plan_cp_l_lo
+    u32* claimed;                  // 152: DP_LAUNCHES counters in device memory (after the workspace; the prep zeroes
+                                   //      them)
+    u32 vgrid[DP_LAUNCHES][3];     // 160: each launch's grid as the default build would launch it (x, y, z)
+    u32 pad;                       // 220
 };
 
 namespace gdn_prefill64 {
@@ -408,16 +421,31 @@ __device__ __forceinline__ bool device_plan_runs(const Prefill64PlanParams& pp, 
     return true;
 }
 
+// The block index a body runs: the CTA's own (GridIdx, read where the body reads it, so the default build's code is what
+// it was before v15) or an item of a persistent device-plan launch (ItemIdx, dp_items).
+struct GridIdx {
+    __device__ __forceinline__ u32 x() const { return blockIdx.x; }
+    __device__ __forceinline__ u32 y() const { return blockIdx.y; }
+    __device__ __forceinline__ u32 z() const { return blockIdx.z; }
+};
+struct ItemIdx {
+    u32 ix, iy, iz;
+    __device__ __forceinline__ u32 x() const { return ix; }
+    __device__ __forceinline__ u32 y() const { return iy; }
+    __device__ __forceinline__ u32 z() const { return iz; }
+};
+
 // ================================================================== prep: one (chunk, value head) per CTA
-__device__ __forceinline__ void prep_body(const Prefill64Params& p) {
+template <class Bid>
+__device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bid) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     const i64 N = p.num_seqs;
     const int HV = p.num_v_heads, H = p.num_q_heads;
     // grid (slots·HV): the value heads of one chunk are launched together, so the ones sharing a q/k head read its
     // K and Q from L2 (v5; H200: 1x65536 prep 284 -> 272 us against a (slots, HV) grid)
-    const int h = (int)(blockIdx.x % (unsigned)HV);
-    const i64 slot = blockIdx.x / (unsigned)HV;
+    const int h = (int)(bid.x() % (unsigned)HV);
+    const i64 slot = bid.x() / (unsigned)HV;
     if (N <= 0) return;
     // the sequence: the largest i with f(i) <= slot (f strictly increasing, f(0) = 0)
     const i64 seq = warp_last_true(N, [&](i64 i) { return seq_slot(p.cu_seqlens, i) <= slot; });
@@ -793,6 +821,14 @@ __device__ __forceinline__ int scan_a_piece(int n, int k, int kblocks) {
 __device__ __forceinline__ int scan_a_word(int n, int k) { return ((n >> 3) & 1) + 2 * (k & 1); }
 enum : int { INIT_ZERO = 0, INIT_STATE = 1, INIT_WS = 2, INIT_IDENTITY = 3 };
 enum : int { END_NONE = 0, END_STATE = 1, END_WS = 2, END_WS_T = 3 };
+// v15: the device plan's persistent CTAs (dp_items) run several walks (or scan items) on one pair of mbarriers, set up
+// once and their phases carried on from item to item (re-initialising them made compute-sanitizer's racecheck lose
+// the order between two items' bulk copies into the same slot). dp_bars: bit b = the parity barrier b has reached
+// (its uses so far, mod 2), DP_BARS_READY = set up. dp_items zeroes it; the body that ends an item updates it.
+constexpr u32 DP_BARS_READY = 4;
+#ifdef GDN_DEVICE_PLAN
+__shared__ u32 dp_bars;
+#endif
 struct WalkJob {
     i64 seq, bos, eos;        // sequence and its token range
     int h, vh, c0, c1;        // value head, value half, chunk range (chunk indices within the sequence)
@@ -857,7 +893,12 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     }
     __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(smem + Lay::OS) + wg * (C * W2_LDO);
     const u32 bar0 = smem_addr(smem + Lay::BAR);
-    if (tid == 0) {
+#ifdef GDN_DEVICE_PLAN
+    const u32 bars = dp_bars;  // (a persistent CTA's later items: the barriers exist; their phases go on)
+#else
+    constexpr u32 bars = 0;
+#endif
+    if (tid == 0 && !(bars & DP_BARS_READY)) {
         mbar_init(bar0, 1);
         mbar_init(bar0 + 8, 1);
         mbar_init_fence();
@@ -878,7 +919,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         const i64 cstart = bos + (i64)c * C;
         cp_async_wait<0>();
         fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
-        mbar_wait(bar0 + 8 * (lc & 1), (u32)(lc >> 1) & 1u);
+        mbar_wait(bar0 + 8 * (lc & 1), ((u32)(lc >> 1) + (bars >> (lc & 1))) & 1u);
         __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)
         const u32 kq = smem_addr(slot + Lay::KQ), vs = smem_addr(slot + Lay::V) + (u32)(wg * C * 128),
                   rs = smem_addr(slot + Lay::REC);
@@ -1074,16 +1115,24 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
                 reinterpret_cast<const float4*>(st)[e ^ ((e >> 3) & 7)];
         }
     }
+#ifdef GDN_DEVICE_PLAN
+    // the next item of this persistent CTA continues both barriers' phases: barrier 0 completed ceil(n / 2) phases here,
+    // barrier 1 floor(n / 2) (every thread read dp_bars before the set-up barrier above)
+    if (tid == 0) {
+        const u32 n = c1 > c0 ? (u32)(c1 - c0) : 0u;
+        dp_bars = DP_BARS_READY | ((bars ^ ((n + 1) >> 1)) & 1u) | ((((bars >> 1) ^ (n >> 1)) & 1u) << 1);
+    }
+#endif
 }
 
 // The plain walk: one CTA per (sequence, value head, value half), grid N·HV·2, the whole sequence.
-template <bool BF16STATE>
-__device__ __forceinline__ void walk_plain(const Prefill64Params& p) {
+template <bool BF16STATE, class Bid>
+__device__ __forceinline__ void walk_plain(const Prefill64Params& p, const Bid bid) {
     const int HV = p.num_v_heads;
     WalkJob j;
-    j.vh = blockIdx.x & 1;
-    j.h = (blockIdx.x >> 1) % HV;
-    const i64 r = (i64)(blockIdx.x >> 1) / HV;  // v13: the r-th longest sequence (prep's order), else sequence r
+    j.vh = bid.x() & 1;
+    j.h = (bid.x() >> 1) % HV;
+    const i64 r = (i64)(bid.x() >> 1) / HV;  // v13: the r-th longest sequence (prep's order), else sequence r
     j.seq = chunk64_ordered(p) ? uni64(walk_order(p)[r]) : r;
     j.bos = p.cu_seqlens[j.seq];
     j.eos = p.cu_seqlens[j.seq + 1];
@@ -1178,12 +1227,12 @@ __device__ __forceinline__ WalkJob segment_job(const SegPos& sp, int h, int vh, 
     return j;
 }
 
-template <int WGS, bool BF16STATE>
-__device__ __forceinline__ void cp_pass1(const Prefill64Params& p) {
+template <int WGS, bool BF16STATE, class Bid>
+__device__ __forceinline__ void cp_pass1(const Prefill64Params& p, const Bid bid) {
     constexpr int CPH = WalkLayout<WGS>::CTAS_PER_HEAD;
     SegPos sp;
-    if (!find_segment(p, blockIdx.x, sp)) return;
-    const int h = blockIdx.y, vh = blockIdx.z % CPH, role = blockIdx.z / CPH;
+    if (!find_segment(p, bid.x(), sp)) return;
+    const int h = bid.y(), vh = bid.z() % CPH, role = bid.z() / CPH;
     WalkJob j = segment_job(sp, h, vh, p.seg_chunks);
     if (sp.s == 0) {
         if (role != 0) return;
@@ -1198,25 +1247,25 @@ __device__ __forceinline__ void cp_pass1(const Prefill64Params& p) {
     } else if (sp.s < sp.nseg - 1) {
         j.end = END_WS;
         if (role == 0) {
-            j.end_ws = cp_ws(p, 2, blockIdx.x, h);
+            j.end_ws = cp_ws(p, 2, bid.x(), h);
             walk_wg_body<WGS, BF16STATE, true>(p, j);
         } else {
             j.init = INIT_IDENTITY;
             j.end = END_WS_T;
-            j.end_ws = cp_ws(p, 1, blockIdx.x, h);
+            j.end_ws = cp_ws(p, 1, bid.x(), h);
             walk_wg_body<WGS, BF16STATE, true, true>(p, j);
         }
     }
 }
 
-template <int WGS, bool BF16STATE>
-__device__ __forceinline__ void cp_pass3(const Prefill64Params& p) {
+template <int WGS, bool BF16STATE, class Bid>
+__device__ __forceinline__ void cp_pass3(const Prefill64Params& p, const Bid bid) {
     SegPos sp;
-    if (!find_segment(p, blockIdx.x, sp) || sp.s == 0) return;
-    const int h = blockIdx.y;
-    WalkJob j = segment_job(sp, h, blockIdx.z % WalkLayout<WGS>::CTAS_PER_HEAD, p.seg_chunks);
+    if (!find_segment(p, bid.x(), sp) || sp.s == 0) return;
+    const int h = bid.y();
+    WalkJob j = segment_job(sp, h, bid.z() % WalkLayout<WGS>::CTAS_PER_HEAD, p.seg_chunks);
     j.init = INIT_WS;
-    j.init_ws = cp_ws(p, 0, blockIdx.x, h);
+    j.init_ws = cp_ws(p, 0, bid.x(), h);
     j.end = sp.s == sp.nseg - 1 ? END_STATE : END_NONE;
     walk_wg_body<WGS, BF16STATE, false>(p, j);
 }
@@ -1305,8 +1354,8 @@ __device__ __forceinline__ i64 scan_find_seq(const Prefill64Params& p, i64 k, in
     }
     return hit;
 }
-template <int ROWS>
-__device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
+template <int ROWS, class Bid>
+__device__ __forceinline__ void cp_scan(const Prefill64Params& p, const Bid bid) {
     constexpr int NT = ROWS / 8;  // n8 tiles (value rows)
     extern __shared__ __align__(16) unsigned char smem[];
     float* Mbuf = reinterpret_cast<float*>(smem);
@@ -1314,11 +1363,11 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     u32* Xl = Xh + ROWS * D;                              // ... and lo parts
     const u32 bar0 = smem_addr(smem + SCAN_BAR_OFF);
     const int HV = p.num_v_heads, L = p.seg_chunks;
-    const int rb = blockIdx.x % (D / ROWS);
-    const int h = (blockIdx.x / (D / ROWS)) % HV;
+    const int rb = bid.x() % (D / ROWS);
+    const int h = (bid.x() / (D / ROWS)) % HV;
     if (L <= 0) return;
-    // v11: the (k = blockIdx.x / (128 / ROWS) / HV)-th sequence with three segments or more
-    const i64 seq = scan_find_seq(p, (i64)blockIdx.x / (D / ROWS) / HV, threadIdx.x);
+    // v11: the (k = bid.x() / (128 / ROWS) / HV)-th sequence with three segments or more
+    const i64 seq = scan_find_seq(p, (i64)bid.x() / (D / ROWS) / HV, threadIdx.x);
     if (seq < 0) return;
     const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
     const i64 len = eos > bos ? eos - bos : 0;
@@ -1336,7 +1385,12 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
     const float* const Bw = cp_ws(p, 2, first, h) + ROWS * rb * D;
     // this thread's outputs: tile nt, element e: row 8nt + 2t + (e & 1), column m0 + g + 8(e >> 1)
     auto out_off = [&](int nt, int e) { return (8 * nt + 2 * t + (e & 1)) * D + m0 + g + 8 * (e >> 1); };
-    if (tid == 0) {
+#ifdef GDN_DEVICE_PLAN
+    const u32 bars = dp_bars;  // (as in walk_wg_body)
+#else
+    constexpr u32 bars = 0;
+#endif
+    if (tid == 0 && !(bars & DP_BARS_READY)) {
         mbar_init(bar0, 1);
         mbar_init(bar0 + 8, 1);
         mbar_init_fence();
@@ -1376,7 +1430,7 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) bn[nt][e] = Bn[out_off(nt, e)];
         }
-        mbar_wait(bar0 + 8 * (s & 1), (u32)((s - 2) >> 1) & 1u);  // this step's M has landed
+        mbar_wait(bar0 + 8 * (s & 1), ((u32)((s - 2) >> 1) + (bars >> (s & 1))) & 1u);  // this step's M has landed
         __syncthreads();  // X of the previous step written
         const float4* a4 = reinterpret_cast<const float4*>(Ms) + warp * (8 * 2 * 32) + lane;
 #pragma unroll 2
@@ -1414,6 +1468,13 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p) {
                 split_tf32(x, Xh[i], Xl[i]);
             }
     }
+#ifdef GDN_DEVICE_PLAN
+    // as the walk's: barrier 0 completed a phase at every even step in [2, nseg), barrier 1 at every odd one
+    if (tid == 0) {
+        const u32 n = (u32)(nseg - 2);
+        dp_bars = DP_BARS_READY | ((bars ^ ((n + 1) >> 1)) & 1u) | ((((bars >> 1) ^ (n >> 1)) & 1u) << 1);
+    }
+#endif
 }
 
 #ifdef GDN_WGMMA_SELFTEST
@@ -1481,68 +1542,98 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 // ---------------------------------------------------------------------------------------------------------
 // The entry of every kernel: its params (and, in the device plan's build, the thresholds), then q, the params the
 // body runs with — the kernel's own; under the device plan a copy with the segment length the plan sets, after a
-// return when the call is not this launch's.
+// return when the call is not this launch's — and the body, once per block index: the CTA's own, or under the device
+// plan every item dp_items hands this CTA (LAUNCH: the launch's vgrid / counter index). SCAN_BOUNDS: the scan's launch
+// bounds; under the device plan one CTA per SM (it holds 147 KB of shared memory anyway): with a 256-thread bound ptxas
+// capped the loop form at 64 registers and spilled.
 #ifndef GDN_DEVICE_PLAN
 #define GDN_P64_ARGS const Prefill64Params p
-#define GDN_P64_ENTER(PART) const Prefill64Params& q = p;
+#define GDN_P64_SCAN_BOUNDS __launch_bounds__(256)
+#define GDN_P64_RUN(PART, LAUNCH, ...)                                                          \
+    const Prefill64Params& q = p;                                                                      \
+    __VA_ARGS__(q, gdn_prefill64::GridIdx{});
+#define GDN_P64_RUN_PREP(...) GDN_P64_RUN(PART_PREP, 0, __VA_ARGS__)
 #else
+namespace gdn_prefill64 {
+// v15: the items (block indices of vgrid[LAUNCH], x fastest, as the block scheduler starts CTAs) this CTA runs: its own
+// index first, then gridDim.x + the counter's old value, claimed when the current item is done: a CTA that is done
+// takes the next item, as the block scheduler would start a new CTA. (Claimed as the item started, under its work, the
+// next item waited for the current one: a CTA that drew the longest sequence kept one more, and the blind chunk64 / cp
+// calls of the contest-like mix took 30-37 us longer, H200.) Items >= the vgrid's size end the loop. Whole CTAs call
+// it; the bodies' returns are CTA-uniform.
+// The prep (LAUNCH 0) keeps its grid, one item per CTA (GDN_P64_RUN_PREP): in a loop ptxas kept its addresses live
+// across items, 70 -> 140 registers (80 with two spills under a six-CTA bound), where six CTAs per SM need <= 80. Its
+// block 0 zeroes the other launches' counters: they run after it in the stream, and only when it runs.
+__device__ __forceinline__ void dp_zero_counters(const Prefill64PlanParams& pp) {
+    if (blockIdx.x == 0 && threadIdx.x > 0 && threadIdx.x < DP_LAUNCHES) pp.claimed[threadIdx.x] = 0;
+}
+template <int LAUNCH, class Body>
+__device__ __forceinline__ void dp_items(const Prefill64PlanParams& pp, Body&& body) {
+    static_assert(LAUNCH > 0 && LAUNCH < DP_LAUNCHES, "the prep keeps its grid");
+    __shared__ u32 next;  // thread 0's claim, for every thread
+    const u32 vx = pp.vgrid[LAUNCH][0], vxy = vx * pp.vgrid[LAUNCH][1], n = vxy * pp.vgrid[LAUNCH][2];
+    if (threadIdx.x == 0) dp_bars = 0;  // the barriers are set up by the first item that walks
+    __syncthreads();
+    for (u32 i = blockIdx.x; i < n;) {
+        body(ItemIdx{i % vx, (i % vxy) / vx, i / vxy});
+        if (threadIdx.x == 0) next = gridDim.x + atomicAdd(pp.claimed + LAUNCH, 1u);
+        __syncthreads();  // the claim is in; the item's shared memory and barriers are free
+        i = next;
+        __syncthreads();  // every thread has read it
+    }
+}
+}  // namespace gdn_prefill64
 #define GDN_P64_ARGS const Prefill64PlanParams pp
-#define GDN_P64_ENTER(PART)                                                                            \
+#define GDN_P64_SCAN_BOUNDS __launch_bounds__(256, 1)
+#define GDN_P64_RUN(PART, LAUNCH, ...)                                                          \
     Prefill64Params q = pp.p;                                                                          \
-    if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART, q.seg_chunks)) return;
+    if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART, q.seg_chunks)) return;              \
+    gdn_prefill64::dp_items<LAUNCH>(pp, [&](const gdn_prefill64::ItemIdx b) { __VA_ARGS__(q, b); });
+#define GDN_P64_RUN_PREP(...)                                                                          \
+    Prefill64Params q = pp.p;                                                                          \
+    if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART_PREP, q.seg_chunks)) return;         \
+    gdn_prefill64::dp_zero_counters(pp);                                                               \
+    __VA_ARGS__(q, gdn_prefill64::GridIdx{});
 #endif
 #ifndef GDN_PREFILL64_WIDE
 extern "C" __global__ void __launch_bounds__(128) gdn_prefill64_prep(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_PREP)
-    gdn_prefill64::prep_body(q);
+    GDN_P64_RUN_PREP(gdn_prefill64::prep_body)
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_f32(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_WALK)
-    gdn_prefill64::walk_plain<false>(q);
+    GDN_P64_RUN(PART_WALK, 1, gdn_prefill64::walk_plain<false>)
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_walk_bf16(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_WALK)
-    gdn_prefill64::walk_plain<true>(q);
+    GDN_P64_RUN(PART_WALK, 1, gdn_prefill64::walk_plain<true>)
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_f32(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_pass1<1, false>(q);
+    GDN_P64_RUN(PART_CP, 2, gdn_prefill64::cp_pass1<1, false>)
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass1_bf16(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_pass1<1, true>(q);
+    GDN_P64_RUN(PART_CP, 2, gdn_prefill64::cp_pass1<1, true>)
 }
-extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_scan<16>(q);
+extern "C" __global__ void GDN_P64_SCAN_BOUNDS gdn_prefill64_cp_scan(GDN_P64_ARGS) {
+    GDN_P64_RUN(PART_CP, 3, gdn_prefill64::cp_scan<16>)
 }
-extern "C" __global__ void __launch_bounds__(256) gdn_prefill64_cp_scan8(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_scan<8>(q);
+extern "C" __global__ void GDN_P64_SCAN_BOUNDS gdn_prefill64_cp_scan8(GDN_P64_ARGS) {
+    GDN_P64_RUN(PART_CP, 3, gdn_prefill64::cp_scan<8>)
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_f32(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_pass3<1, false>(q);
+    GDN_P64_RUN(PART_CP, 4, gdn_prefill64::cp_pass3<1, false>)
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gdn_prefill64_cp_pass3_bf16(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_pass3<1, true>(q);
+    GDN_P64_RUN(PART_CP, 4, gdn_prefill64::cp_pass3<1, true>)
 }
 #else  // GDN_PREFILL64_WIDE: the two-warpgroup cp passes
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_f32(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_pass1<2, false>(q);
+    GDN_P64_RUN(PART_CP, 2, gdn_prefill64::cp_pass1<2, false>)
 }
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass1w_bf16(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_pass1<2, true>(q);
+    GDN_P64_RUN(PART_CP, 2, gdn_prefill64::cp_pass1<2, true>)
 }
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass3w_f32(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_pass3<2, false>(q);
+    GDN_P64_RUN(PART_CP, 4, gdn_prefill64::cp_pass3<2, false>)
 }
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill64_cp_pass3w_bf16(GDN_P64_ARGS) {
-    GDN_P64_ENTER(PART_CP)
-    gdn_prefill64::cp_pass3<2, true>(q);
+    GDN_P64_RUN(PART_CP, 4, gdn_prefill64::cp_pass3<2, true>)
 }
 #endif

@@ -20,7 +20,8 @@
 //! workspace always suffice. No host read, no sync: CUDA-graph capture stays possible.
 //!
 //! When: only where it pays in expectation. A launch that is not the call's still dispatches its CTAs, each waiting
-//! for one load before it exits (`exit_us`: ~0.8 µs per wave of them on the H200), so the device plan (with or
+//! for one load before it exits (`exit_us`: ~1.1 µs per launch and ~0.4 per wave of them on the H200; since prefill64
+//! v15 the launches after the prep are persistent, one wave of CTAs that loop over their items), so the device plan (with or
 //! without its cp launches) is compared with the host's equal-length plan under a prior over the longest length:
 //! half on equal lengths, half spread over ceil(T/N)..T (`prior`). Tests force one route (`DeviceRoute`) to run
 //! every launch's exit path and every mode.
@@ -253,21 +254,63 @@ fn prior(s: &Shape) -> Vec<(Shape, f64)> {
         .collect()
 }
 
-/// What a launch that exits at once costs: `EXIT_WAVE_US` per wave of its CTAs (each waits for one cu_seqlens
-/// load before it exits; the CTAs resident per SM from its shared memory). H200, session 23, blind calls on
-/// the fused route: 64×1024 +29.5 µs over ~38 waves of exiting CTAs, 32×256 +11.6 over ~15.
-pub const EXIT_WAVE_US: f64 = 0.8;
+/// What a launch that exits at once costs: `EXIT_LAUNCH_US`, plus `EXIT_WAVE_US` per wave of its CTAs (each waits for
+/// one cu_seqlens load before it exits; the CTAs resident per SM from its shared memory). Session 23 fitted 0.8 µs per
+/// wave and nothing per launch (H200, blind calls on the fused route: 64×1024 +29.5 µs over ~38 waves, 32×256 +11.6
+/// over ~15). Session 27 (H200, the persistent launches of prefill64 v15 against v14's full grids, same process):
+/// 64×1024, the same five exiting launches in 41 waves and then 15, −10.8 µs: 0.42 per wave; the fused-route calls
+/// that gained three one-wave cp launches and lost the walk's other waves (32×256 3 of 4, prefill_05 6 of 7): +3.3 and
+/// +2.2 µs, 1.1 per launch.
+pub const EXIT_WAVE_US: f64 = 0.42;
+pub const EXIT_LAUNCH_US: f64 = 1.1;
 /// Shared memory of an SM that CTAs can use (H100 / H200: 228 KB), and what each CTA reserves besides its own.
 const SM_SMEM_BYTES: u64 = 233_472;
 const CTA_SMEM_RESERVED: u64 = 1024;
 
-/// The µs launch `c` costs when every CTA exits at once: its waves (CTAs over `sms` times the CTAs an SM holds by
-/// shared memory and threads) times `EXIT_WAVE_US`.
-pub fn exit_us(c: &Choice, sms: u64) -> f64 {
-    let per_sm = (SM_SMEM_BYTES / (c.dyn_smem as u64 + CTA_SMEM_RESERVED))
+/// The CTAs of launch `c` an SM holds at once, by shared memory and threads.
+fn resident_per_sm(c: &Choice) -> u64 {
+    (SM_SMEM_BYTES / (c.dyn_smem as u64 + CTA_SMEM_RESERVED))
         .min(2048 / c.block.max(1) as u64)
-        .clamp(1, 32);
-    EXIT_WAVE_US * c.ctas().div_ceil(sms.max(1) * per_sm) as f64
+        .clamp(1, 32)
+}
+
+/// Whether the device plan launches `c` persistently (prefill64 v15): the walks, the cp passes and the scan. Their
+/// CTAs loop over the grid the host sized (`Choice::grid`, passed as `Prefill64PlanParams::vgrid`), claiming items from
+/// a counter, so that a launch that is not the call's costs one wave of exits, not one per wave of its grid (H200,
+/// session 26: blind 64×1024 paid ~29 µs for ~38 such waves). The prep keeps its grid (one item per CTA: its loop form
+/// needed twice the registers, prefill64.cu `dp_items`); the fused kernels too (their pipelines run one chain per CTA).
+pub fn persistent(c: &Choice) -> bool {
+    matches!(
+        c.variant.family,
+        Family::Prefill64Walk
+            | Family::Prefill64CpPass1
+            | Family::Prefill64CpScan
+            | Family::Prefill64CpPass3
+    )
+}
+
+/// The CTAs the device plan launches for `c`: a persistent launch's at most one wave (the CTAs `sms` SMs hold at once),
+/// every other launch's whole grid.
+pub fn launched_ctas(c: &Choice, sms: u64) -> u64 {
+    if persistent(c) {
+        c.ctas().min(sms.max(1) * resident_per_sm(c))
+    } else {
+        c.ctas()
+    }
+}
+
+/// Device memory after a device plan's workspace for the persistent launches' item counters (`Prefill64PlanParams::
+/// claimed`): one u32 per launch, rounded to the workspace's alignment.
+pub const DP_COUNTER_BYTES: u64 = 256;
+
+/// The µs launch `c` costs when every CTA exits at once: `EXIT_LAUNCH_US`, and its waves (the CTAs it launches,
+/// `launched_ctas`, over `sms` times the CTAs an SM holds) times `EXIT_WAVE_US`; nothing when it has no CTAs.
+pub fn exit_us(c: &Choice, sms: u64) -> f64 {
+    let waves = launched_ctas(c, sms).div_ceil(sms.max(1) * resident_per_sm(c));
+    if waves == 0 {
+        return 0.0;
+    }
+    EXIT_LAUNCH_US + EXIT_WAVE_US * waves as f64
 }
 
 /// The estimate of `plan` when the longest sequence has the length `s` hints: the host plans' own (`estimate`); a
@@ -555,6 +598,11 @@ fn build(
         th.run_from = u64::MAX;
     }
     let prep = (th.run_from != u64::MAX || forced).then_some(prep);
+    // the persistent launches' counters after the workspace (`DP_COUNTER_BYTES`; prefill64 v15)
+    let workspace_bytes = match prep {
+        Some(_) => c64_bytes.max(cp_bytes).next_multiple_of(DP_COUNTER_BYTES) + DP_COUNTER_BYTES,
+        None => 0,
+    };
     Ok(PrefillPlan::Device {
         fused,
         fused_skew,
@@ -563,7 +611,7 @@ fn build(
         cp,
         thresholds: th,
         route,
-        workspace_bytes: c64_bytes.max(cp_bytes),
+        workspace_bytes,
     })
 }
 

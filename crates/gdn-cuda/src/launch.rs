@@ -12,9 +12,11 @@
 //! memory (a hot kernel with local memory is reported by `spilling_hot_kernels`).
 
 use crate::context::drv;
+use crate::device_plan;
 use crate::nvrtc;
 use crate::params::{
     Prefill64Params, Prefill64PlanParams, PrefillParams, PrefillPlanParams, RecurrentParams,
+    DP_LAUNCHES,
 };
 use crate::policy::{self, Choice, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
 use crate::registry::{self, Module, StateDtype, Variant};
@@ -754,16 +756,45 @@ impl KernelSet {
                         self.launch_in(f, p, stream, true)?;
                     }
                 }
+                // the prefill64 launches in `Prefill64PlanParams::vgrid` order; those after the prep are persistent
+                // (at most a wave of CTAs, `device_plan::launched_ctas`) and loop over the grid given as vgrid
+                let cps = cp.as_ref();
+                let launches: [Option<&Choice>; DP_LAUNCHES] = [
+                    prep.as_ref(),
+                    walk.as_ref(),
+                    cps.map(|c| &c[0]),
+                    cps.map(|c| &c[1]),
+                    cps.map(|c| &c[2]),
+                ];
+                let mut vgrid = [[0u32; 3]; DP_LAUNCHES];
+                for (g, c) in vgrid.iter_mut().zip(&launches) {
+                    if let Some(c) = c {
+                        *g = [c.grid.0, c.grid.1, c.grid.2];
+                        small("grid", c.ctas())?;
+                    }
+                }
+                if launches.iter().all(|c| c.is_none()) {
+                    return Ok(info); // (the fused launches take every call)
+                }
+                let counters = plan
+                    .workspace_bytes()
+                    .checked_sub(device_plan::DP_COUNTER_BYTES)
+                    .ok_or_else(|| bad("workspace", "device plan without its counters"))?;
                 let params = Prefill64PlanParams {
                     p: args.params64(),
                     plan_from: tokens(th.run_from),
                     plan_cp_from: tokens(th.cp_from),
                     plan_cp_l_lo: small("segment length", th.cp_l_lo.max(1))?,
                     plan_cp_l_hi: small("segment length", th.cp_l_hi.max(th.cp_l_lo).max(1))?,
+                    claimed: args.workspace + counters,
+                    vgrid,
+                    pad: 0,
                 };
                 let p = &params as *const Prefill64PlanParams as *mut c_void;
-                for c in prep.iter().chain(walk).chain(cp.iter().flatten()) {
-                    self.launch_in(c, p, stream, true)?;
+                let sms = self.caps.sm_count as u64;
+                for c in launches.into_iter().flatten() {
+                    let ctas = device_plan::launched_ctas(c, sms) as u32; // (<= the grid: it fits)
+                    self.launch_grid(c, (ctas, 1, 1), p, stream, true)?;
                 }
             }
         }
@@ -789,6 +820,18 @@ impl KernelSet {
         stream: sys::CUstream,
         device_plan: bool,
     ) -> Result<()> {
+        self.launch_grid(choice, choice.grid, params, stream, device_plan)
+    }
+
+    /// `launch_in` with another grid than the choice's (the device plan's persistent launches).
+    unsafe fn launch_grid(
+        &self,
+        choice: &Choice,
+        grid: (u32, u32, u32),
+        params: *mut c_void,
+        stream: sys::CUstream,
+        device_plan: bool,
+    ) -> Result<()> {
         if choice.is_empty() {
             return Ok(());
         }
@@ -800,7 +843,7 @@ impl KernelSet {
         let mut args = [params];
         result::launch_kernel(
             k.func,
-            choice.grid,
+            grid,
             (choice.block, 1, 1),
             choice.dyn_smem,
             stream,
@@ -810,7 +853,7 @@ impl KernelSet {
             backend_err(drv(
                 &format!(
                     "launching {} grid {:?} block {} smem {}",
-                    k.variant.name, choice.grid, choice.block, choice.dyn_smem
+                    k.variant.name, grid, choice.block, choice.dyn_smem
                 ),
                 e,
             ))

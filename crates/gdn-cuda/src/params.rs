@@ -217,10 +217,13 @@ const _: () = {
     assert!(offset_of!(PrefillPlanParams, run_from) == 120);
 };
 
-/// `struct Prefill64PlanParams` of `kernels/prefill64.cu`'s device-plan build, 152 bytes: the params (with
+/// `struct Prefill64PlanParams` of `kernels/prefill64.cu`'s device-plan build, 224 bytes: the params (with
 /// `seg_chunks` = 0), then the thresholds the longest sequence's length X is compared with (tokens; i64::MAX:
 /// never): X < `plan_from`, these launches exit; < `plan_cp_from`, chunk64; else cp with L from `plan_cp_l_lo` at
 /// X = plan_cp_from, linearly in X, to `plan_cp_l_hi` at X = T (`device_plan::Thresholds::seg_chunks_at`).
+/// Since prefill64 v15 the launches after the prep are persistent (`device_plan::launched_ctas`): `claimed` points
+/// at their item counters (`device_plan::DP_COUNTER_BYTES` at the workspace's end; the prep zeroes them) and
+/// `vgrid[i]` is launch i's grid as the host-planned kernels would launch it, in the order of `DP_LAUNCHES`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Prefill64PlanParams {
@@ -229,14 +232,23 @@ pub struct Prefill64PlanParams {
     pub plan_cp_from: i64,
     pub plan_cp_l_lo: i32,
     pub plan_cp_l_hi: i32,
+    pub claimed: u64,
+    pub vgrid: [[u32; 3]; DP_LAUNCHES],
+    pub pad: u32,
 }
 
+/// The device plan's prefill64 launches, in `Prefill64PlanParams::vgrid` order (`DP_LAUNCHES` in prefill64.cu).
+/// (prep, walk, cp pass 1, cp scan, cp pass 3)
+pub const DP_LAUNCHES: usize = 5;
+
 const _: () = {
-    assert!(size_of::<Prefill64PlanParams>() == 152);
+    assert!(size_of::<Prefill64PlanParams>() == 224);
     assert!(offset_of!(Prefill64PlanParams, plan_from) == 128);
     assert!(offset_of!(Prefill64PlanParams, plan_cp_from) == 136);
     assert!(offset_of!(Prefill64PlanParams, plan_cp_l_lo) == 144);
     assert!(offset_of!(Prefill64PlanParams, plan_cp_l_hi) == 148);
+    assert!(offset_of!(Prefill64PlanParams, claimed) == 152);
+    assert!(offset_of!(Prefill64PlanParams, vgrid) == 160);
 };
 
 /// The `static_assert(sizeof(...))` each .cu file must carry, checked against the embedded sources by the

@@ -371,6 +371,12 @@ pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
     ),
     (
         "prefill64_dp",
+        "device plan launches (params.rs)",
+        "DP_LAUNCHES",
+        crate::params::DP_LAUNCHES as u64,
+    ),
+    (
+        "prefill64_dp",
         "most sequences the device plan reads (device_plan.rs; kernels/device_plan.cuh)",
         "DEVICE_PLAN_MAX_N",
         crate::device_plan::DEVICE_PLAN_MAX_N,
@@ -937,12 +943,13 @@ mod tests {
         );
         assert!(!wide.contains("WALK_SMEM)") && !wide.contains("PREP_SMEM"));
         // the device plan's builds: the same kernels' checks, the base params and workspace constants, their own
-        // params size and (prefill64_dp) the sequence limit
+        // params size and (prefill64_dp) the sequence limit and the persistent launches' count (vgrid)
         let dp = checks_appendix(&PREFILL64_DP);
-        assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 2 + 2);
+        assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 2 + 3);
         assert!(dp.contains("(sizeof(Prefill64Params)), 128>"));
-        assert!(dp.contains("(sizeof(Prefill64PlanParams)), 152>"));
+        assert!(dp.contains("(sizeof(Prefill64PlanParams)), 224>"));
         assert!(dp.contains("(DEVICE_PLAN_MAX_N), 256>"));
+        assert!(dp.contains("(DP_LAUNCHES), 5>"));
         let wide_dp = checks_appendix(&PREFILL64_WIDE_DP);
         assert_eq!(wide_dp.matches("gdn_registry_check<").count(), 4 + 1 + 1);
         assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 128>"));
