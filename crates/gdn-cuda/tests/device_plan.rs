@@ -223,6 +223,57 @@ fn forced_routes_launch_every_candidate() {
 }
 
 #[test]
+fn the_launches_after_the_prep_are_persistent_and_exit_in_one_wave() {
+    // prefill64 v15: the walk, the cp passes and the scan launch at most one wave of CTAs, which loop over the grid the
+    // host sized (the choice's grid, passed as vgrid); the prep and the fused tiles keep their grids
+    let s = blind(57, 8000, 8);
+    let p = choose_prefill(&s, &H200, Some(DeviceRoute::Cp.override_name())).unwrap();
+    let PrefillPlan::Device {
+        fused,
+        prep,
+        walk,
+        cp,
+        ..
+    } = &p
+    else {
+        panic!("{}", p.label())
+    };
+    let (fused, prep, walk) = (
+        fused.as_ref().unwrap(),
+        prep.as_ref().unwrap(),
+        walk.as_ref().unwrap(),
+    );
+    let sms = H200.sm_count as u64;
+    assert!(!device_plan::persistent(fused) && !device_plan::persistent(prep));
+    assert_eq!(device_plan::launched_ctas(prep, sms), prep.ctas());
+    assert_eq!(device_plan::launched_ctas(fused, sms), fused.ctas());
+    // the walk: 57·8·2 CTAs of 127 KB of shared memory, one per SM → one wave of 132
+    assert_eq!(walk.ctas(), 57 * 8 * 2);
+    assert!(device_plan::persistent(walk));
+    assert_eq!(device_plan::launched_ctas(walk, sms), sms);
+    for c in cp.as_ref().unwrap().iter().filter(|c| !c.is_empty()) {
+        assert!(device_plan::persistent(c), "{}", c.variant.name);
+        assert!(
+            device_plan::launched_ctas(c, sms) <= sms.min(c.ctas()),
+            "{}",
+            c.variant.name
+        );
+    }
+    // an exiting launch costs a launch plus its waves: one wave for the persistent walk, several for the prep
+    let one = device_plan::EXIT_LAUNCH_US + device_plan::EXIT_WAVE_US;
+    assert!((device_plan::exit_us(walk, sms) - one).abs() < 1e-9);
+    assert!(device_plan::exit_us(prep, sms) > one);
+    // the item counters follow the workspace, which keeps its alignment
+    assert_eq!(p.workspace_bytes() % 256, 0);
+    assert!(
+        p.workspace_bytes()
+            >= prefill64_cp_workspace_bytes(8000, 57, 8, thresholds(&p).cp_l_lo)
+                .max(prefill64_workspace_bytes(8000, 57, 8))
+                + device_plan::DP_COUNTER_BYTES
+    );
+}
+
+#[test]
 fn the_device_plan_is_chosen_by_expected_cost() {
     // where it is chosen, its expected µs under the prior beats the host's equal-length plan
     for (n, t) in [
