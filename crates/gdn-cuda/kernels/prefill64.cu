@@ -40,6 +40,10 @@
 // build is unchanged, SASS identical): for calls without a length hint, each kernel reads the longest sequence from
 // cu_seqlens and runs the call as chunk64 or cp (its segment length chosen on the device) or exits. H200, gdn bench
 // without the hint: contest-like mix 3730 -> 3003 us (hinted 2778).
+// v15 (session 27, results/prefill_s27.md): the device plan's walks, cp passes and scan are persistent (dp_items): one
+// wave of CTAs that claim the grid's items from a counter, so that a launch that is not the call's costs one wave of
+// exits. The default build is unchanged (SASS identical). H200, without the hint: 64x1024 318.4 -> 307.9 us, prefill_15
+// 174.6 -> 144.0 (the cp launches now pay their exits), the mix even (2978 -> 2976).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
