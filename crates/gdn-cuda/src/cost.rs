@@ -38,8 +38,8 @@
 //! `tests/cost.rs` replays that last table. Times scale with 132 / SMs.
 //!
 //! Fused plan (`prefill.cu`, tile BV, one CTA per SM): each of the N·HV·128/BV CTAs walks its sequence's
-//! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`:
-//!   fused = max(chain, work, waves),  chain = ceil(longest/16)·chunk_us + FUSED_CTA_US,
+//! 16-token chunks, `chunk_us(BV)` each, after a fixed `FUSED_CTA_US`; a lone chain runs at `chain_us(BV)` per chunk:
+//!   fused = max(chain, work, waves),  chain = ceil(longest/16)·chain_us + FUSED_CTA_US,
 //!   work = ((T/16 + N/2)·chunk_us + N·FUSED_CTA_US) · HV·128/BV / SMs          (N/2: partial last chunks)
 //!   waves = ceil(N·HV·128/BV / SMs) · (chunk_us + FUSED_CTA_US)      (tiny calls: every wave costs a CTA)
 //! Context-parallel plan (`prefill64.cu`; see `policy`): G segments of L chunks cut the longest sequence;
@@ -66,6 +66,12 @@ use crate::registry::{prefill64, prefill64_scan_min_tokens, prefill64_scan_seqs}
 /// 0.118) and kept these: the refit chose tiles no better on the mix and fused over faster chunk64 / cp plans on
 /// three long workloads (tests/cost.rs: 2.3% -> 3.1% over the measured best).
 pub const FUSED_CHUNK_US: [(u32, f64); 4] = [(16, 0.495), (32, 0.605), (64, 0.875), (128, 1.14)];
+/// Fused plan: µs per 16-token chunk of one CTA's chain (the `chain` term), by tile width: `FUSED_CHUNK_US` but for
+/// bv64. Session 27 fitted bv64's chain alone on its longest-first kernel forced onto every call of the contest-like mix
+/// with 2 or more sequences (results/2026-11-22-h200-s27-forced-gdn_prefill_f32_bv64_lf.json): 0.68 µs, rms log error
+/// 0.200 -> 0.102 over 58 calls (a lone bv64 chain measures ~0.65; 0.875 is its share of an SM that every CTA of the
+/// grid competes for). bv128's chain refits to 1.13 on the same calls (0.185 either way): kept.
+pub const FUSED_CHAIN_US: [(u32, f64); 4] = [(16, 0.495), (32, 0.605), (64, 0.68), (128, 1.14)];
 /// Fused plan: fixed µs per CTA (launch, state in and out, pipeline fill).
 pub const FUSED_CTA_US: f64 = 4.0;
 
@@ -174,7 +180,16 @@ impl Lengths {
 
 /// µs per 16-token chunk of the fused kernel with tile width `bv` (the nearest calibrated width).
 pub fn fused_chunk_us(bv: u32) -> f64 {
-    FUSED_CHUNK_US
+    nearest(&FUSED_CHUNK_US, bv)
+}
+
+/// µs per 16-token chunk of one fused CTA's chain with tile width `bv` (the nearest calibrated width).
+pub fn fused_chain_us(bv: u32) -> f64 {
+    nearest(&FUSED_CHAIN_US, bv)
+}
+
+fn nearest(table: &[(u32, f64)], bv: u32) -> f64 {
+    table
         .iter()
         .min_by_key(|(w, _)| w.abs_diff(bv))
         .map(|x| x.1)
@@ -186,7 +201,7 @@ pub fn fused_us(s: &Shape, bv: u32, sms: u64) -> f64 {
     let l = Lengths::of(s);
     let c = fused_chunk_us(bv);
     let (t, n, hv) = (l.tokens as f64, l.seqs as f64, s.num_v_heads as f64);
-    let chain = (l.longest as f64 / FUSED_CHUNK).ceil() * c + FUSED_CTA_US;
+    let chain = (l.longest as f64 / FUSED_CHUNK).ceil() * fused_chain_us(bv) + FUSED_CTA_US;
     let per_tile = (t / FUSED_CHUNK + n / 2.0) * c + n * FUSED_CTA_US;
     let work = per_tile * hv * (128.0 / bv as f64) / sms.max(1) as f64;
     // one CTA per SM: the last wave of a grid wider than the GPU costs at least one CTA's fixed time

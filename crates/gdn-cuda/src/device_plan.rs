@@ -447,9 +447,12 @@ fn choose_thresholds(s: &Shape, caps: &DeviceCaps, blind: &PrefillPlan) -> Optio
         cp_from: u64::MAX,
         ..th
     };
-    let one_tile = |t: Thresholds| Thresholds {
-        tile_from: u64::MAX,
-        ..t
+    let one_tile = |t: Thresholds| {
+        let t = Thresholds {
+            tile_from: u64::MAX,
+            ..t
+        };
+        one_tile_run_from(s, caps, t)
     };
     let mut best: (Option<Thresholds>, f64) = (None, expected_us(s, blind, sms));
     // One fused tile only, for now. Session 24 (H200): a second tile never paid where it was measured — on the
@@ -470,6 +473,40 @@ fn choose_thresholds(s: &Shape, caps: &DeviceCaps, blind: &PrefillPlan) -> Optio
         }
     }
     best.0
+}
+
+/// `t` (one fused tile) with `run_from` where that tile stops being the model's pick. `model_thresholds` takes run_from
+/// from the hinted picks, which have the best tile at every length; the device plan launches one tile (`fused_for`:
+/// chosen for the calls below run_from, mostly equal lengths), and past the length where its estimate exceeds the
+/// chunk64 and cp plans' the call belongs to them. Session 27 (H200): with bv64's chain constant refitted, the hinted
+/// picks stayed fused up to ~1800 tokens on the mix's 40-sequence calls, and blind prefill_70 / 91 / 97 would have run
+/// bv128 (116–133 µs) rather than chunk64 (81–88).
+fn one_tile_run_from(s: &Shape, caps: &DeviceCaps, t: Thresholds) -> Thresholds {
+    let sms = (caps.sm_count as u64).max(1);
+    let Ok(Some(tile)) = fused_for(s, caps, 0, t.run_from) else {
+        return t;
+    };
+    let bv = HEAD_DIM / tile.variant.ctas_per_head;
+    let fused_loses = |x: u64| {
+        let sx = Shape {
+            max_seq_len: x as usize,
+            ..s.clone()
+        };
+        let others = cost::best_cp(&sx, sms)
+            .map_or(f64::INFINITY, |e| e.us)
+            .min(cost::cp_us(&sx, 1, &cost::WALK_FORMS[0], sms).us);
+        cost::fused_us(&sx, bv, sms) > others
+    };
+    let xs: Vec<u64> = samples(s.total_tokens as u64, s.num_seqs as u64)
+        .into_iter()
+        .filter(|&x| x < t.run_from)
+        .collect();
+    let run_from = match xs.iter().position(|&x| fused_loses(x)) {
+        None => t.run_from,
+        Some(0) => xs[0],
+        Some(i) => first_true(xs[i - 1], xs[i], fused_loses),
+    };
+    Thresholds { run_from, ..t }
 }
 
 /// A device plan with a forced route (`gdn check`, overrides) or the model's thresholds (`DeviceRoute::Model`;

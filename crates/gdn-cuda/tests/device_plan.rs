@@ -3,6 +3,7 @@
 //! forced route on the device).
 
 use gdn_core::Op;
+use gdn_cuda::cost;
 use gdn_cuda::device_plan::{self, DeviceRoute, Thresholds, DEVICE_PLAN_MAX_N};
 use gdn_cuda::policy::{choose_prefill, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
 use gdn_cuda::registry::{
@@ -271,6 +272,49 @@ fn the_launches_after_the_prep_are_persistent_and_exit_in_one_wave() {
                 .max(prefill64_workspace_bytes(8000, 57, 8))
                 + device_plan::DP_COUNTER_BYTES
     );
+}
+
+#[test]
+fn one_fused_tile_hands_over_where_its_own_estimate_loses() {
+    // session 27: run_from is where the launched tile's estimate exceeds the prefill64 plans', not where the hinted pick
+    // (with the best tile at each length) stops being fused: the mix's 40-sequence calls would otherwise run bv128 up
+    // to ~1800 tokens, where bv64 is the hinted pick and chunk64 beats bv128 by ~40 us
+    let sms = H200.sm_count as u64;
+    for (n, t) in [(42, 8192), (57, 8192), (31, 1527)] {
+        let s = blind(n, t, 8);
+        let p = choose_prefill(&s, &H200, None).unwrap();
+        let PrefillPlan::Device {
+            fused: Some(f),
+            fused_skew: None,
+            thresholds: th,
+            ..
+        } = &p
+        else {
+            panic!("{n}x{t}: {}", p.label())
+        };
+        assert!(th.run_from < u64::MAX && th.run_from > 0, "{n}x{t}: {th:?}");
+        let bv = 128 / f.variant.ctas_per_head;
+        let at = |x: u64| {
+            let sx = Shape {
+                max_seq_len: x as usize,
+                ..s.clone()
+            };
+            let others = cost::best_cp(&sx, sms)
+                .map_or(f64::INFINITY, |e| e.us)
+                .min(cost::cp_us(&sx, 1, &cost::WALK_FORMS[0], sms).us);
+            (cost::fused_us(&sx, bv, sms), others)
+        };
+        let (fused_in, others_in) = at(th.run_from - 64); // (bisection to within a 64-token chunk)
+        let (fused_out, others_out) = at(th.run_from);
+        assert!(
+            fused_in <= others_in * 1.05,
+            "{n}x{t}: {fused_in} vs {others_in} below {th:?}"
+        );
+        assert!(
+            fused_out > others_out,
+            "{n}x{t}: {fused_out} vs {others_out} at {th:?}"
+        );
+    }
 }
 
 #[test]
