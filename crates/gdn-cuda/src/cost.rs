@@ -381,6 +381,13 @@ pub fn best_cp(s: &Shape, sms: u64) -> Option<CpEstimate> {
     cp_candidates(s, sms).into_iter().next()
 }
 
+/// The smallest estimate of the prefill64 plans for `s`: chunk64 and the best automatic cp plan of either walk form.
+pub fn prefill64_best_us(s: &Shape, sms: u64) -> f64 {
+    best_cp(s, sms)
+        .map_or(f64::INFINITY, |e| e.us)
+        .min(cp_us(s, 1, &WALK_FORMS[0], sms).us)
+}
+
 /// The walk form with `warpgroups` warpgroups per CTA.
 pub fn walk_form(warpgroups: u64) -> Option<&'static WalkForm> {
     WALK_FORMS.iter().find(|f| f.warpgroups == warpgroups)

@@ -492,10 +492,7 @@ fn one_tile_run_from(s: &Shape, caps: &DeviceCaps, t: Thresholds) -> Thresholds 
             max_seq_len: x as usize,
             ..s.clone()
         };
-        let others = cost::best_cp(&sx, sms)
-            .map_or(f64::INFINITY, |e| e.us)
-            .min(cost::cp_us(&sx, 1, &cost::WALK_FORMS[0], sms).us);
-        cost::fused_us(&sx, bv, sms) > others
+        cost::fused_us(&sx, bv, sms) > cost::prefill64_best_us(&sx, sms)
     };
     let xs: Vec<u64> = samples(s.total_tokens as u64, s.num_seqs as u64)
         .into_iter()

@@ -299,10 +299,10 @@ fn one_fused_tile_hands_over_where_its_own_estimate_loses() {
                 max_seq_len: x as usize,
                 ..s.clone()
             };
-            let others = cost::best_cp(&sx, sms)
-                .map_or(f64::INFINITY, |e| e.us)
-                .min(cost::cp_us(&sx, 1, &cost::WALK_FORMS[0], sms).us);
-            (cost::fused_us(&sx, bv, sms), others)
+            (
+                cost::fused_us(&sx, bv, sms),
+                cost::prefill64_best_us(&sx, sms),
+            )
         };
         let (fused_in, others_in) = at(th.run_from - 64); // (bisection to within a 64-token chunk)
         let (fused_out, others_out) = at(th.run_from);
