@@ -66,6 +66,13 @@
 //                     in the batch. The plain kernels are unchanged (the policy picks _lf: policy.rs fused_order).
 //                     H200: "30 mixed" 71.8 -> 55.6 us, contest-like mix (hinted) 2792 -> 2740 us (results/prefill_s26.md).
 //                     v13.1: the ranking counts from shared memory (shuffles cost ~2.5 us per CTA wave at N = 64).
+//     v14 (bv128; session 28): the split kernels gdn_prefill_*_bv128_sp: longest first, and every sequence longer than
+//                     T·HV / SMs tokens runs on two CTAs of 64 value rows (4 walkers each, one per SM sub-partition: the
+//                     chain runs at bv64's ~0.68 us per chunk instead of ~1.14) while the rest keep bv128's shared
+//                     producers (SPLIT_MIN_TOKENS below). The other kernels are unchanged (SASS identical). H200, every
+//                     prefill workload forced onto it against bv128_lf: prefill_37 79.6 -> 62.4 us, prefill_05 101.1 ->
+//                     73.2, unsplit calls +0.1..0.4; with the policy: mix hinted 2709 -> 2680, blind 2923 -> 2881
+//                     (results/prefill_s28.md).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -455,14 +462,28 @@ __device__ __forceinline__ void zero_rows(unsigned char* slot, int from, int lan
 #define GDN_LF_ABLATE 0
 #endif
 constexpr int LF_MAX_N = 128;
+// v14 (session 28), the split kernels gdn_prefill_*_bv128_sp: longest first, and the sequences whose chain would outlast
+// the call's work (longer than T·HV / SMs tokens, at least SPLIT_MIN_TOKENS) run on two CTAs of 64 value rows each.
+// Why: a bv128 CTA runs two 16-row walkers per SM sub-partition (~1.14 us per 16-token chunk on the H200), a bv64 CTA
+// one (~0.68): the narrow tile shortens the longest chain and the wide one does the rest of the work with half the
+// producers. Group g of the grid ((N + kmax)·HV CTAs, kmax = min(N, 16): SPLIT_MAX_SEQS in registry.rs): g < 2k runs
+// half g & 1 of the sequence of rank g / 2, then the sequence of rank g − k; groups past the last sequence exit. A
+// half CTA keeps the bv128 launch (its registers and shared memory) and runs walkers 0..3 on rows 64·half + 16w; walkers
+// 4..7 exit and EMPTY counts only the walkers that run.
+constexpr i64 SPLIT_MIN_TOKENS = 128;
 // Whether kernel (NW walkers' tile, LF) builds the longest-first body (GDN_LF_ALL: every bv64 / bv128 name does).
 __host__ __device__ constexpr bool lf_body(int nw, bool lf) { return lf || (GDN_LF_ALL && nw >= 4); }
-__device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane, u32* keys, i64* out) {
+template <bool SPLIT>
+__device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane, u32* keys, i64* out, i64 kmax) {
     const i64 n = p.num_seqs;
-    i64 seq = r, bos, eos;
+    i64 seq = r, bos = 0, eos = 0, half = -1;
     if (GDN_LF_ABLATE == 1 || n < 2 || n > LF_MAX_N) {
-        bos = p.cu_seqlens[r];
-        eos = p.cu_seqlens[r + 1];
+        if (SPLIT && r >= n) {
+            seq = -1;  // a spare group (no sequence is split in batch order)
+        } else {
+            bos = p.cu_seqlens[r];
+            eos = p.cu_seqlens[r + 1];
+        }
     } else {
         i64 b[4], e[4];
         u32 key[4];
@@ -475,6 +496,23 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
             e[q] = ok ? p.cu_seqlens[i + 1] : 0;
         }
         const int nn = (int)n;
+        int split = 0;  // (SPLIT) how many of the longest sequences run on two CTAs
+        if constexpr (SPLIT) {
+            // v14: a sequence is split when its chain alone would outlast the call's even share of work: longer than
+            // T·HV / SMs tokens (and at least SPLIT_MIN_TOKENS); at most kmax (the grid's spare groups)
+            u32 nsm;
+            asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+            const i64 tau = max((i64)SPLIT_MIN_TOKENS, p.cu_seqlens[n] * (i64)p.num_v_heads / (i64)max(nsm, 1u));
+#pragma unroll
+            for (int q = 0; q < 4; ++q) split += __popc(__ballot_sync(0xffffffffu, lane + 32 * q < nn && e[q] - b[q] > tau));
+            split = (int)min((i64)split, kmax);
+            if (r < 2 * split) {
+                half = r & 1;
+                r >>= 1;
+            } else {
+                r -= split;
+            }
+        }
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             // (a slot past the last sequence gets key 0, which is greater than no key: it never counts)
@@ -523,11 +561,13 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
         seq = 32 * qh + src;
         bos = __shfl_sync(0xffffffffu, sb, src);
         eos = __shfl_sync(0xffffffffu, se, src);
+        if (SPLIT && r >= n) seq = -1;  // a spare group: fewer sequences were split than the grid has room for
     }
     if (lane == 0) {
         out[0] = seq;
         out[1] = bos;
         out[2] = eos;
+        if (SPLIT) out[3] = half;
     }
 }
 
@@ -1203,8 +1243,9 @@ __device__ __forceinline__ void ksplit_output_walker(const PrefillParams& p, uns
 }
 
 // ------------------------------------------------------------------ the kernel body
-template <int NW, int NP, bool BF16STATE, bool LF>
+template <int NW, int NP, bool BF16STATE, bool LF, bool SPLIT = false>
 __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
+    static_assert(!SPLIT || (LF && NW == 8), "the split kernels are bv128, longest first");
     constexpr int BV = 16 * NW;
     constexpr int NVG = D / BV;
     constexpr int R = ring_depth<NP>();  // 2·NP + 1 slots: NP being computed, NP loading ahead, one of slack
@@ -1251,7 +1292,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     i64 bos = LF ? 0 : p.cu_seqlens[seq], eos = LF ? 0 : p.cu_seqlens[seq + 1];
     float dtb = p.dt_bias[h], alog = p.A_log[h];
 #endif
-    if (threadIdx.x == 0) {
+    // (SPLIT: after the ranking, which decides how many walkers a CTA runs)
+    if (!SPLIT && threadIdx.x == 0) {
         for (int s = 0; s < R; ++s) {
             mbar_init(full0 + 8 * s, 32);
             mbar_init(empty0 + 8 * s, 32 * NWK);
@@ -1259,9 +1301,17 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             if (SCHEME == WALK_KSPLIT) mbar_init(sready0 + 8 * s, 32 * NW * 2);
         }
     }
-    i64* const lfv = reinterpret_cast<i64*>(pscr + PS_LF_OFF);  // (LF) warp 0's (sequence, bos, eos)
+    i64* const lfv = reinterpret_cast<i64*>(pscr + PS_LF_OFF);  // (LF) warp 0's (sequence, bos, eos (, SPLIT: half))
     // (the keys' 512 bytes: ring slot 0, which nothing touches before the set-up barrier here: LF has no speculative load)
-    if (LF && threadIdx.x < 32) lf_rank(p, grp, lane, reinterpret_cast<u32*>(smem), lfv);
+    if (LF && threadIdx.x < 32)
+        lf_rank<SPLIT>(p, grp, lane, reinterpret_cast<u32*>(smem), lfv, (i64)(gridDim.x / (NVG * HV)) - p.num_seqs);
+    if (SPLIT && threadIdx.x == 0) {  // (lane 0 wrote lfv)
+        const int walking = lfv[3] >= 0 ? 32 * (NW / 2) : 32 * NWK;
+        for (int s = 0; s < R; ++s) {
+            mbar_init(full0 + 8 * s, 32);
+            mbar_init(empty0 + 8 * s, walking);
+        }
+    }
 #if GDN_EARLY_SEQ
     // The offsets are used only through a value the barrier returns (the thread count, so + 0): otherwise ptxas computes
     // the sequence length before the barrier and every warp waits there for the DRAM round trip (a plain bar.sync
@@ -1280,6 +1330,15 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         bos = lfv[1];
         eos = lfv[2];
 #endif
+    }
+    int wv = warp;  // the walker's 16-row group in the tile (SPLIT half CTAs: 4·half + warp)
+    if constexpr (SPLIT) {
+        if (seq < 0) return;  // a spare group (CTA-uniform)
+        const int half = (int)lfv[3];
+        if (half >= 0) {
+            if (warp >= NW / 2 && warp < NWK) return;  // walkers 4..7 of a half CTA
+            if (warp < NWK) wv = (NW / 2) * half + warp;
+        }
     }
     GDN_TR(warp == 0, 2, clock64());
     if (idle_warps<BV>() > 0 && threadIdx.x >> 5 == 4) return;
@@ -1354,7 +1413,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 
     // =============================== walkers: value rows [vw, vw + 16) per 16-row group (see the walker functions)
     if constexpr (SCHEME == WALK_SINGLE)
-        single_walker<NW, NP, BF16STATE>(p, smem, wstage, full0, empty0, seq, h, v0, lane, warp, bos, eos, len, nch);
+        single_walker<NW, NP, BF16STATE>(p, smem, wstage, full0, empty0, seq, h, v0, lane, wv, bos, eos, len, nch);
     else if constexpr (SCHEME == WALK_MIRROR) {
         if (warp >= NW)
             mirror_walker<2, NW, NP, BF16STATE>(p, smem, hring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos,
@@ -1401,6 +1460,29 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, gdn_prefill::lf_body(NW, LF)>(pp.p); \
     }
 #endif
+// v14 (session 28): the split kernels (bv128, longest first; grid (N + min(N, 16))·HV; see SPLIT_MIN_TOKENS). Under the
+// device plan a call of equal lengths runs the plain body on the first N·HV CTAs (the rest exit).
+#ifndef GDN_DEVICE_PLAN
+#define GDN_PREFILL_SPLIT_KERNEL(NAME, BF16)                                                             \
+    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<128>(), GDN_MINB)            \
+        NAME(const PrefillParams p) {                                                                    \
+        gdn_prefill::prefill_body<8, gdn_prefill::producers<128>(), BF16, true, true>(p);                \
+    }
+#else
+#define GDN_PREFILL_SPLIT_KERNEL(NAME, BF16)                                                             \
+    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<128>(), GDN_MINB)            \
+        NAME(const PrefillPlanParams pp) {                                                               \
+        if (pp.run_below < 0) return;                                                                    \
+        const i64 longest = longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);                                 \
+        if (longest >= pp.run_below || longest < pp.run_from) return;                                    \
+        if (shortest_seq(pp.p.cu_seqlens, pp.p.num_seqs) == longest) {                                   \
+            if ((i64)(blockIdx.x / pp.p.num_v_heads) >= pp.p.num_seqs) return;                           \
+            gdn_prefill::prefill_body<8, gdn_prefill::producers<128>(), BF16, false>(pp.p);              \
+        } else {                                                                                         \
+            gdn_prefill::prefill_body<8, gdn_prefill::producers<128>(), BF16, true, true>(pp.p);         \
+        }                                                                                                \
+    }
+#endif
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv16, 1, false, false)
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv32, 2, false, false)
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv64, 4, false, false)
@@ -1413,3 +1495,5 @@ GDN_PREFILL_KERNEL(gdn_prefill_f32_bv64_lf, 4, false, true)
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv128_lf, 8, false, true)
 GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv64_lf, 4, true, true)
 GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv128_lf, 8, true, true)
+GDN_PREFILL_SPLIT_KERNEL(gdn_prefill_f32_bv128_sp, false)
+GDN_PREFILL_SPLIT_KERNEL(gdn_prefill_bf16_bv128_sp, true)

@@ -199,15 +199,45 @@ fn nearest(table: &[(u32, f64)], bv: u32) -> f64 {
 /// Estimated µs of the fused plan with tile width `bv` on `sms` SMs.
 pub fn fused_us(s: &Shape, bv: u32, sms: u64) -> f64 {
     let l = Lengths::of(s);
+    let chain = (l.longest as f64 / FUSED_CHUNK).ceil() * fused_chain_us(bv) + FUSED_CTA_US;
+    chain.max(fused_work_us(s, bv, sms))
+}
+
+/// The fused estimate's work and waves terms (`fused_us` without the chain).
+fn fused_work_us(s: &Shape, bv: u32, sms: u64) -> f64 {
+    let l = Lengths::of(s);
     let c = fused_chunk_us(bv);
     let (t, n, hv) = (l.tokens as f64, l.seqs as f64, s.num_v_heads as f64);
-    let chain = (l.longest as f64 / FUSED_CHUNK).ceil() * fused_chain_us(bv) + FUSED_CTA_US;
     let per_tile = (t / FUSED_CHUNK + n / 2.0) * c + n * FUSED_CTA_US;
     let work = per_tile * hv * (128.0 / bv as f64) / sms.max(1) as f64;
     // one CTA per SM: the last wave of a grid wider than the GPU costs at least one CTA's fixed time
     let ctas = l.seqs * s.num_v_heads as u64 * (128 / bv.max(1) as u64);
     let waves = ctas.div_ceil(sms.max(1)) as f64 * (c + FUSED_CTA_US);
-    chain.max(work).max(waves)
+    work.max(waves)
+}
+
+/// Shortest sequence the split bv128 tile never splits (prefill.cu v14 `SPLIT_MIN_TOKENS`).
+pub const SPLIT_MIN_TOKENS: u64 = 128;
+
+/// The split bv128 tile (`gdn_prefill_*_bv128_sp`) runs a sequence on two CTAs of 64 value rows when it is longer
+/// than this: its chain alone would outlast the call's even share of work, T·HV / SMs tokens (the kernel reads the SM
+/// count; at least `SPLIT_MIN_TOKENS`).
+pub fn split_threshold(s: &Shape, sms: u64) -> u64 {
+    let t = s.total_tokens as u64;
+    (t * s.num_v_heads as u64 / sms.max(1)).max(SPLIT_MIN_TOKENS)
+}
+
+/// Estimated µs of the split bv128 tile: bv128's work and waves, and the longest sequence's chain at bv64's per-chunk
+/// latency when it is split (a half CTA runs one walker per SM sub-partition, as bv64 does). Session 28 (H200, every
+/// prefill workload forced onto it against `gdn_prefill_f32_bv128_lf`): the skewed contest-like calls −9 to −123 µs
+/// (prefill_37 79.6 → 62.4, prefill_05 101.1 → 73.2), the rest within +0.4 µs, equal lengths up to +4 (64×1024).
+pub fn fused_split_us(s: &Shape, sms: u64) -> f64 {
+    let l = Lengths::of(s);
+    if l.longest <= split_threshold(s, sms) {
+        return fused_us(s, 128, sms);
+    }
+    let chain = (l.longest as f64 / FUSED_CHUNK).ceil() * fused_chain_us(64) + FUSED_CTA_US;
+    chain.max(fused_work_us(s, 128, sms))
 }
 
 /// A context-parallel (or, with one segment, chunk64) estimate.

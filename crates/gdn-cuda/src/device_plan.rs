@@ -492,7 +492,12 @@ fn one_tile_run_from(s: &Shape, caps: &DeviceCaps, t: Thresholds) -> Thresholds 
             max_seq_len: x as usize,
             ..s.clone()
         };
-        cost::fused_us(&sx, bv, sms) > cost::prefill64_best_us(&sx, sms)
+        let us = if registry::is_split(tile.variant) {
+            cost::fused_split_us(&sx, sms)
+        } else {
+            cost::fused_us(&sx, bv, sms)
+        };
+        us > cost::prefill64_best_us(&sx, sms)
     };
     let xs: Vec<u64> = samples(s.total_tokens as u64, s.num_seqs as u64)
         .into_iter()
@@ -667,7 +672,7 @@ fn fused_for(
     }
     let expected = |v: &registry::Variant| {
         kept.iter()
-            .map(|(sx, w)| w * cost::fused_us(sx, HEAD_DIM / v.ctas_per_head, sms))
+            .map(|(sx, w)| w * policy::fused_tile_us(sx, v, sms))
             .sum::<f64>()
     };
     let best = registry::candidates(Family::Prefill, s.state)

@@ -330,6 +330,7 @@ pub fn grid_of(v: &Variant, s: &Shape) -> (u64, u64, u64) {
         GridOrder::Linear => (n * hv * cph, 1, 1),
         GridOrder::ChunkSlots => (prefill64_slots(s.total_tokens as u64, n) * hv, 1, 1),
         GridOrder::SegmentSlots | GridOrder::LongSeqs => cp_grid(v, s, 1),
+        GridOrder::SplitLongest => ((n + registry::split_groups(n)) * hv * cph, 1, 1),
     }
 }
 
@@ -483,7 +484,7 @@ fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
         .filter(|v| v.hot)
         .collect();
     tiles.sort_by_key(|v| v.ctas_per_head); // widest tile first
-    let est = |s: &Shape, v: &Variant| cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms);
+    let est = |s: &Shape, v: &Variant| fused_tile_us(s, v, sms);
     let best = |s: &Shape| {
         tiles
             .iter()
@@ -563,7 +564,34 @@ pub fn fused_longest_first(s: &Shape, ctas: u64, sms: u64) -> bool {
         && !equal
 }
 
-/// Fused tile `v` for `s`, or its longest-first build where `fused_longest_first` says so (with why appended).
+/// Whether plain fused tile `v` runs as its split build (prefill.cu v14, `registry::split_of`) for `s`: where it
+/// would run longest first and the longest sequence (the hint, or T without one) can be split
+/// (`cost::split_threshold`).
+pub fn fused_split(v: &Variant, s: &Shape, sms: u64) -> bool {
+    let (x, y, z) = grid_of(v, s);
+    let l = cost::Lengths::of(s);
+    let longest = if s.max_seq_len > 0 {
+        l.longest
+    } else {
+        l.tokens
+    };
+    registry::split_of(v).is_some()
+        && fused_longest_first(s, x * y * z, sms)
+        && longest > cost::split_threshold(s, sms)
+}
+
+/// The estimate of fused tile `v` (plain, or any build of it) for `s`: `cost::fused_split_us` where it runs split
+/// (a split build, or a plain tile that `fused_order` will swap for one), else `cost::fused_us`.
+pub fn fused_tile_us(s: &Shape, v: &Variant, sms: u64) -> f64 {
+    if registry::is_split(v) || fused_split(v, s, sms) {
+        cost::fused_split_us(s, sms)
+    } else {
+        cost::fused_us(s, HEAD_DIM / v.ctas_per_head, sms)
+    }
+}
+
+/// Fused tile `v` for `s`: its split build where `fused_split` says so, else its longest-first build where
+/// `fused_longest_first` says so, else itself (with why appended).
 pub(crate) fn fused_order(
     v: &'static Variant,
     s: &Shape,
@@ -571,6 +599,15 @@ pub(crate) fn fused_order(
     why: String,
 ) -> (&'static Variant, String) {
     let (x, y, z) = grid_of(v, s);
+    if let Some(sp) = registry::split_of(v).filter(|_| fused_split(v, s, sms)) {
+        return (
+            sp,
+            format!(
+                "{why}; longest first, sequences over {} tokens on two CTAs",
+                cost::split_threshold(s, sms)
+            ),
+        );
+    }
     match registry::longest_first_of(v) {
         Some(lf) if fused_longest_first(s, x * y * z, sms) => (
             lf,
@@ -1102,14 +1139,18 @@ pub enum ForcedPlan {
     /// The fused plan's tile with its sequences longest first (prefill.cu v13): the automatic tile's longest-first
     /// build, or bv64's where that tile has none; whatever the shape, so that every check case runs the ranking.
     FusedLongestFirst,
+    /// The split bv128 tile (prefill.cu v14) of the call's state dtype, whatever the shape: every check case runs its
+    /// spare groups, and the cases with a sequence over `cost::split_threshold` its half CTAs.
+    FusedSplit,
     Device(device_plan::DeviceRoute),
 }
 
 impl ForcedPlan {
     /// Every host plan, the device plan with the model's thresholds, and each of its forced routes.
-    pub const CHECKED: [ForcedPlan; 10] = [
+    pub const CHECKED: [ForcedPlan; 11] = [
         ForcedPlan::Kind(PlanKind::Fused),
         ForcedPlan::FusedLongestFirst,
+        ForcedPlan::FusedSplit,
         ForcedPlan::Kind(PlanKind::Chunk64),
         ForcedPlan::Kind(PlanKind::ContextParallel),
         ForcedPlan::Kind(PlanKind::ContextParallelWide),
@@ -1124,6 +1165,7 @@ impl ForcedPlan {
         match self {
             ForcedPlan::Kind(k) => k.name(),
             ForcedPlan::FusedLongestFirst => "fused-lf",
+            ForcedPlan::FusedSplit => "fused-split",
             ForcedPlan::Device(r) => r.override_name(),
         }
     }
@@ -1146,6 +1188,14 @@ impl ForcedPlan {
                         state: s.state,
                     })
             }
+            ForcedPlan::FusedSplit => registry::VARIANTS
+                .iter()
+                .find(|v| registry::is_split(v) && v.state == s.state)
+                .map(|v| v.name)
+                .ok_or(Rejection::NoVariant {
+                    family: Family::Prefill,
+                    state: s.state,
+                }),
             ForcedPlan::Device(r) => Ok(r.override_name()),
         }
     }

@@ -60,6 +60,19 @@ pub enum GridOrder {
     /// three segments or more, value head, `cph` row blocks); the context-parallel scan (prefill64.cu v11). Like
     /// `SegmentSlots`, plan-dependent (`policy::cp_grid`; L = 1 without a plan).
     LongSeqs,
+    /// `((N + split_groups(N)) · HV, 1, 1)`: the split fused tiles (`gdn_prefill_*_bv128_sp`, prefill.cu v14): one
+    /// CTA per (sequence, value head), and room for the longest `split_groups(N)` sequences to run on two.
+    SplitLongest,
+}
+
+/// Most sequences a split fused tile runs on two CTAs (`SplitLongest`; the kernel reads it back as its grid's spare
+/// groups). It splits a sequence longer than T·HV / SMs tokens, and fewer than SMs / HV of those fit in T: 16 covers
+/// HV ≥ 8 on 132 SMs; with fewer value heads it is a cap.
+pub const SPLIT_MAX_SEQS: u64 = 16;
+
+/// The spare sequence groups of a split tile's grid for N sequences.
+pub fn split_groups(n: u64) -> u64 {
+    n.min(SPLIT_MAX_SEQS)
 }
 
 /// Storage dtype of the recurrent state (the math is fp32 either way).
@@ -484,6 +497,21 @@ const fn longest_first_build(name: &'static str, plain: Variant) -> Variant {
     }
 }
 
+/// The split build of the bv128 fused tile (`GridOrder::SplitLongest`, prefill.cu v14): longest first, and the
+/// longest sequences on two CTAs of 64 value rows; the plain tile's block and shared memory.
+const fn split_build(name: &'static str, plain: Variant) -> Variant {
+    Variant {
+        name,
+        grid: GridOrder::SplitLongest,
+        ..plain
+    }
+}
+
+/// Whether `v` is a split fused tile (`split_build`).
+pub fn is_split(v: &Variant) -> bool {
+    v.grid == GridOrder::SplitLongest
+}
+
 /// A two-warpgroup context-parallel pass (module `prefill64_wide`): one CTA of 256 threads per head.
 const fn cp_wide_pass(name: &'static str, family: Family, state: StateDtype) -> Variant {
     Variant {
@@ -718,6 +746,8 @@ pub static VARIANTS: &[Variant] = &[
     longest_first_build("gdn_prefill_f32_bv128_lf", PREFILL_F32_BV128),
     longest_first_build("gdn_prefill_bf16_bv64_lf", PREFILL_BF16_BV64),
     longest_first_build("gdn_prefill_bf16_bv128_lf", PREFILL_BF16_BV128),
+    split_build("gdn_prefill_f32_bv128_sp", PREFILL_F32_BV128),
+    split_build("gdn_prefill_bf16_bv128_sp", PREFILL_BF16_BV128),
     prefill64_kernel(
         "gdn_prefill64_prep",
         Prefill64Prep,
@@ -801,11 +831,21 @@ pub fn find(name: &str) -> Option<&'static Variant> {
 }
 
 /// The variants of one family and state dtype, in table order.
-/// The kernels of `family` for `state` (for the fused prefill, the plain tiles: not the longest-first builds).
+/// The kernels of `family` for `state` (for the fused prefill, the plain tiles: not the longest-first or split builds).
 pub fn candidates(family: Family, state: StateDtype) -> impl Iterator<Item = &'static Variant> {
     VARIANTS
         .iter()
-        .filter(move |v| v.family == family && v.state == state && !v.longest_first)
+        .filter(move |v| v.family == family && v.state == state && !v.longest_first && !is_split(v))
+}
+
+/// The split build of fused prefill tile `v` (the same state and width; `v` itself when it is one), or None.
+pub fn split_of(v: &Variant) -> Option<&'static Variant> {
+    VARIANTS.iter().find(|w| {
+        is_split(w)
+            && w.family == v.family
+            && w.state == v.state
+            && w.ctas_per_head == v.ctas_per_head
+    })
 }
 
 /// The longest-first build of fused prefill tile `v` (the same state and width; `v` itself when it is one), or None

@@ -293,14 +293,14 @@ fn one_fused_tile_hands_over_where_its_own_estimate_loses() {
             panic!("{n}x{t}: {}", p.label())
         };
         assert!(th.run_from < u64::MAX && th.run_from > 0, "{n}x{t}: {th:?}");
-        let bv = 128 / f.variant.ctas_per_head;
         let at = |x: u64| {
             let sx = Shape {
                 max_seq_len: x as usize,
                 ..s.clone()
             };
             (
-                cost::fused_us(&sx, bv, sms),
+                // (the tile's own estimate: session 28's split bv128 build where the launch is one)
+                gdn_cuda::policy::fused_tile_us(&sx, f.variant, sms),
                 cost::prefill64_best_us(&sx, sms),
             )
         };

@@ -28,11 +28,11 @@ fn pick(s: &Shape) -> &'static str {
     choose(s, &H100, None).unwrap().variant.name
 }
 
-/// The fused tile `choose` picks for `s`, by the name of its plain build (the longest-first swap aside; it has its
-/// own test, `fused_tiles_run_longest_first_where_a_second_wave_can_wait`).
+/// The fused tile `choose` picks for `s`, by the name of its plain build (the longest-first and split swaps aside; they
+/// have their own test, `fused_tiles_run_longest_first_where_a_second_wave_can_wait`).
 fn tile(s: &Shape) -> &'static str {
     let v = choose(s, &H100, None).unwrap().variant;
-    match v.longest_first {
+    match v.longest_first || registry::is_split(v) {
         true => {
             registry::candidates(v.family, v.state)
                 .find(|w| w.ctas_per_head == v.ctas_per_head)
@@ -174,7 +174,9 @@ fn fused_tile_follows_the_cost_model() {
     }
     assert_eq!(p(57, 57 * 150, 150, BF16), "gdn_prefill_bf16_bv128");
     // the same totals with one long sequence (the caller's hint): narrower tiles
-    assert_eq!(p(40, 8192, 1972, F32), "gdn_prefill_f32_bv64"); // measured 133 us vs bv128 165
+    // (session 28: bv128 now runs its long sequences split, the estimate of the split build; prefill_00 measured 91.6
+    // us split against bv64's 86.6 longest first: the model's pick is within 6%)
+    assert_eq!(p(40, 8192, 1972, F32), "gdn_prefill_f32_bv128");
     assert_eq!(p(53, 8192, 4021, F32), "gdn_prefill_f32_bv32"); // 205 vs 312
                                                                 // a hint below the average length is no information; above T it is clamped
     assert_eq!(p(32, 8192, 1, F32), p(32, 8192, 256, F32));
@@ -197,10 +199,13 @@ fn fused_tiles_run_longest_first_where_a_second_wave_can_wait() {
             ..shape(Op::Prefill, n, 0, StateDtype::F32)
         })
     };
-    // the "30 mixed" anchor (longest 700 tokens, hinted): bv128, 240 CTAs on 132 SMs
-    assert_eq!(p(30, 8120, 700), "gdn_prefill_f32_bv128_lf");
-    // no hint: the lengths may be skewed
-    assert_eq!(p(30, 8120, 0), "gdn_prefill_f32_bv128_lf");
+    // the "30 mixed" anchor (longest 700 tokens, hinted): bv128, 240 CTAs on 132 SMs; 700 > T·HV/SMs = 492 tokens, so
+    // the split build (session 28: prefill.cu v14)
+    assert_eq!(p(30, 8120, 700), "gdn_prefill_f32_bv128_sp");
+    // ... and with a longest sequence it would not split, the longest-first build
+    assert_eq!(p(30, 8120, 480), "gdn_prefill_f32_bv128_lf");
+    // no hint: the lengths may be skewed (the kernel splits only what is longer than the threshold)
+    assert_eq!(p(30, 8120, 0), "gdn_prefill_f32_bv128_sp");
     // hinted equal lengths (64x1024, 32x256): nothing to reorder, the plain kernel
     assert_eq!(p(64, 65_536, 1024), "gdn_prefill_f32_bv128");
     assert_eq!(p(32, 8192, 256), "gdn_prefill_f32_bv128");
@@ -210,10 +215,11 @@ fn fused_tiles_run_longest_first_where_a_second_wave_can_wait() {
         total_tokens: 57 * 150,
         ..shape(Op::Prefill, 57, 0, StateDtype::BF16)
     };
-    assert_eq!(pick(&bf16), "gdn_prefill_bf16_bv128_lf");
+    assert_eq!(pick(&bf16), "gdn_prefill_bf16_bv128_sp");
     // short sequences only (28 sequences, 369 tokens, longest 100): the ranking's cost, no gain
     assert_eq!(p(28, 369, 100), "gdn_prefill_f32_bv128");
-    assert_eq!(p(28, 369, 189), "gdn_prefill_f32_bv128_lf");
+    // (189 > the split threshold, 128: prefill_78 measured 21.2 us longest first, 19.9 split; H200, session 28)
+    assert_eq!(p(28, 369, 189), "gdn_prefill_f32_bv128_sp");
     // the rule itself: 2..=128 sequences, a grid wider than the GPU, a longest sequence that can reach 128 tokens,
     // lengths not known to be equal
     let s = |n: usize, hint: usize| Shape {

@@ -62,7 +62,10 @@ fn exported(src: &str, defines: &[&str]) -> BTreeSet<String> {
                 "gdn_recurrent_{}_{}_v{}r{}w{}{suffix}",
                 a[0], a[2], a[4], a[5], a[6]
             ));
-        } else if let Some(rest) = line.strip_prefix("GDN_PREFILL_KERNEL(") {
+        } else if let Some(rest) = line
+            .strip_prefix("GDN_PREFILL_KERNEL(")
+            .or_else(|| line.strip_prefix("GDN_PREFILL_SPLIT_KERNEL("))
+        {
             out.insert(rest.split(',').next().unwrap().trim().to_string());
         } else if line.starts_with("extern \"C\" __global__") && !line.contains("##") {
             out.insert(kernel_name(line));
