@@ -575,7 +575,9 @@ pub fn fused_split(v: &Variant, s: &Shape, sms: u64) -> bool {
     } else {
         l.tokens
     };
-    registry::split_of(v).is_some()
+    !v.longest_first
+        && !registry::is_split(v)
+        && registry::split_of(v).is_some()
         && fused_longest_first(s, x * y * z, sms)
         && longest > cost::split_threshold(s, sms)
 }
