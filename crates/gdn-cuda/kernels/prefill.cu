@@ -73,6 +73,8 @@
 //                     prefill workload forced onto it against bv128_lf: prefill_37 79.6 -> 62.4 us, prefill_05 101.1 ->
 //                     73.2, unsplit calls +0.1..0.4; with the policy: mix hinted 2709 -> 2680, blind 2923 -> 2881
 //                     (results/prefill_s28.md).
+//     v14.1 (session 29): the split threshold counts 64 tokens per sequence (GDN_SPLIT_SEQ_TOKENS), and T comes from the
+//                     ends already loaded (one load fewer): H200, forced, "30 mixed" 57.5 -> 52.1 us (results/prefill_s29.md).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -463,7 +465,7 @@ __device__ __forceinline__ void zero_rows(unsigned char* slot, int from, int lan
 #endif
 constexpr int LF_MAX_N = 128;
 // v14 (session 28), the split kernels gdn_prefill_*_bv128_sp: longest first, and the sequences whose chain would outlast
-// the call's work (longer than T·HV / SMs tokens, at least SPLIT_MIN_TOKENS) run on two CTAs of 64 value rows each.
+// the call's work (v14.1: longer than (T + 64·N)·HV / SMs tokens, at least SPLIT_MIN_TOKENS) run on two CTAs of 64 value rows each.
 // Why: a bv128 CTA runs two 16-row walkers per SM sub-partition (~1.14 us per 16-token chunk on the H200), a bv64 CTA
 // one (~0.68): the narrow tile shortens the longest chain and the wide one does the rest of the work with half the
 // producers. Group g of the grid ((N + kmax)·HV CTAs, kmax = min(N, 16): SPLIT_MAX_SEQS in registry.rs): g < 2k runs
@@ -471,6 +473,18 @@ constexpr int LF_MAX_N = 128;
 // half CTA keeps the bv128 launch (its registers and shared memory) and runs walkers 0..3 on rows 64·half + 16w; walkers
 // 4..7 exit and EMPTY counts only the walkers that run.
 constexpr i64 SPLIT_MIN_TOKENS = 128;
+// v14.1 (session 29), the threshold: tau = max(SPLIT_MIN_TOKENS, (T + GDN_SPLIT_SEQ_TOKENS·N)·HV / SMs ·
+// GDN_SPLIT_TAU_X16 / 16) (cost.rs split_threshold mirrors it). GDN_SPLIT_SEQ_TOKENS counts each sequence's fixed cost
+// (its CTAs' state in and out, its partial last chunk) as that many tokens of work, so that fewer medium sequences are
+// split (their half chains only cost SM time); GDN_SPLIT_TAU_X16 scales the share (experiments only). H200, the kernel
+// forced onto every prefill call, 64 against v14's 0: "30 mixed" 57.5 -> 52.1 us, prefill_05 73.9 -> 69.5, prefill_37
+// 63.3 -> 61.4; a share scaled by 1.25 or 1.5 lost on the skewed calls (results/prefill_s29.md).
+#ifndef GDN_SPLIT_SEQ_TOKENS
+#define GDN_SPLIT_SEQ_TOKENS 64
+#endif
+#ifndef GDN_SPLIT_TAU_X16
+#define GDN_SPLIT_TAU_X16 16
+#endif
 // Whether kernel (NW walkers' tile, LF) builds the longest-first body (GDN_LF_ALL: every bv64 / bv128 name does).
 __host__ __device__ constexpr bool lf_body(int nw, bool lf) { return lf || (GDN_LF_ALL && nw >= 4); }
 template <bool SPLIT>
@@ -499,10 +513,18 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
         int split = 0;  // (SPLIT) how many of the longest sequences run on two CTAs
         if constexpr (SPLIT) {
             // v14: a sequence is split when its chain alone would outlast the call's even share of work: longer than
-            // T·HV / SMs tokens (and at least SPLIT_MIN_TOKENS); at most kmax (the grid's spare groups)
+            // (T + GDN_SPLIT_SEQ_TOKENS·N)·HV / SMs tokens (v14.1; at least SPLIT_MIN_TOKENS); at most kmax (the spare groups)
             u32 nsm;
             asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-            const i64 tau = max((i64)SPLIT_MIN_TOKENS, p.cu_seqlens[n] * (i64)p.num_v_heads / (i64)max(nsm, 1u));
+            // T = cu_seqlens[n], the last sequence's end, already in a lane's e[] (v14.1: no load of its own)
+            const int last = nn - 1;
+            i64 el = e[0];
+#pragma unroll
+            for (int q = 1; q < 4; ++q)
+                if ((last >> 5) == q) el = e[q];
+            const i64 t_all = __shfl_sync(0xffffffffu, el, last & 31);
+            const i64 share = (t_all + (i64)GDN_SPLIT_SEQ_TOKENS * n) * (i64)p.num_v_heads / (i64)max(nsm, 1u);
+            const i64 tau = max((i64)SPLIT_MIN_TOKENS, share * GDN_SPLIT_TAU_X16 / 16);
 #pragma unroll
             for (int q = 0; q < 4; ++q) split += __popc(__ballot_sync(0xffffffffu, lane + 32 * q < nn && e[q] - b[q] > tau));
             split = (int)min((i64)split, kmax);

@@ -218,25 +218,40 @@ fn fused_work_us(s: &Shape, bv: u32, sms: u64) -> f64 {
 
 /// Shortest sequence the split bv128 tile never splits (prefill.cu v14 `SPLIT_MIN_TOKENS`).
 pub const SPLIT_MIN_TOKENS: u64 = 128;
+/// Each sequence's fixed cost (its CTAs' state in and out, its partial last chunk), in tokens of work, in the split
+/// threshold (prefill.cu v14.1 `GDN_SPLIT_SEQ_TOKENS`).
+pub const SPLIT_SEQ_TOKENS: u64 = 64;
+/// Fused plan: µs per 16-token chunk of a split sequence's chain (a 64-row half CTA of the split bv128 tile). Session 29
+/// (H200, results/2026-11-22-h200-s29-forced-*.json, the split kernel and bv64_lf forced onto every prefill call in one
+/// process): on the 38 calls it splits, a half CTA's chain measures 4-5% slower than bv64_lf's (prefill_70 81.9 vs 77.2
+/// µs, prefill_02 241.1 vs 230.7, prefill_11 13.3 vs 12.4), so this is bv64's chain constant (0.68) scaled by that
+/// ratio: the model then prefers bv64_lf where both are chain-bound, as measured.
+pub const SPLIT_CHAIN_US: f64 = 0.71;
 
 /// The split bv128 tile (`gdn_prefill_*_bv128_sp`) runs a sequence on two CTAs of 64 value rows when it is longer
-/// than this: its chain alone would outlast the call's even share of work, T·HV / SMs tokens (the kernel reads the SM
-/// count; at least `SPLIT_MIN_TOKENS`).
+/// than this: its chain alone would outlast the call's even share of work, (T + `SPLIT_SEQ_TOKENS`·N)·HV / SMs tokens
+/// (the kernel reads the SM count; at least `SPLIT_MIN_TOKENS`). Session 29 swept the kernel's threshold (results/
+/// prefill_s29.md): counting each sequence as 64 more tokens splits fewer of the medium sequences, whose half chains
+/// only cost SM time: "30 mixed" 57.5 -> 52.1 µs, prefill_05 73.9 -> 69.5; scaling the share by 1.25 or 1.5 instead
+/// lost on the skewed 8192-token calls (prefill_37 61.4 -> 75.1 at 1.5).
 pub fn split_threshold(s: &Shape, sms: u64) -> u64 {
-    let t = s.total_tokens as u64;
-    (t * s.num_v_heads as u64 / sms.max(1)).max(SPLIT_MIN_TOKENS)
+    let (t, n) = (s.total_tokens as u64, s.num_seqs as u64);
+    ((t + SPLIT_SEQ_TOKENS * n) * s.num_v_heads as u64 / sms.max(1)).max(SPLIT_MIN_TOKENS)
 }
 
-/// Estimated µs of the split bv128 tile: bv128's work and waves, and the longest sequence's chain at bv64's per-chunk
-/// latency when it is split (a half CTA runs one walker per SM sub-partition, as bv64 does). Session 28 (H200, every
-/// prefill workload forced onto it against `gdn_prefill_f32_bv128_lf`): the skewed contest-like calls −9 to −123 µs
-/// (prefill_37 79.6 → 62.4, prefill_05 101.1 → 73.2), the rest within +0.4 µs, equal lengths up to +4 (64×1024).
+/// Estimated µs of the split bv128 tile: bv128's work and waves, and the longest sequence's chain at
+/// `SPLIT_CHAIN_US` per chunk when it is split (a half CTA runs one walker per SM sub-partition, as bv64 does).
+/// Session 28 (H200, every prefill workload forced onto it against `gdn_prefill_f32_bv128_lf`): the skewed
+/// contest-like calls −9 to −123 µs (prefill_37 79.6 → 62.4, prefill_05 101.1 → 73.2), the rest within +0.4 µs,
+/// equal lengths up to +4 (64×1024). The work term misses the tail of a grid of unequal CTAs (the calls it splits
+/// and is work-bound on measure 10-35% above it: "30 mixed" 52.1 vs 43.4 µs); bv64's work term, fitted on the same
+/// kind of calls, overestimates them (62.8 vs 70.0), so the tile choice between them holds.
 pub fn fused_split_us(s: &Shape, sms: u64) -> f64 {
     let l = Lengths::of(s);
     if l.longest <= split_threshold(s, sms) {
         return fused_us(s, 128, sms);
     }
-    let chain = (l.longest as f64 / FUSED_CHUNK).ceil() * fused_chain_us(64) + FUSED_CTA_US;
+    let chain = (l.longest as f64 / FUSED_CHUNK).ceil() * SPLIT_CHAIN_US + FUSED_CTA_US;
     chain.max(fused_work_us(s, 128, sms))
 }
 

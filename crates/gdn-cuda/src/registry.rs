@@ -66,7 +66,7 @@ pub enum GridOrder {
 }
 
 /// Most sequences a split fused tile runs on two CTAs (`SplitLongest`; the kernel reads it back as its grid's spare
-/// groups). It splits a sequence longer than T·HV / SMs tokens, and fewer than SMs / HV of those fit in T: 16 covers
+/// groups). It splits a sequence longer than (T + 64·N)·HV / SMs tokens (`cost::split_threshold`), and fewer than SMs / HV of those fit in T: 16 covers
 /// HV ≥ 8 on 132 SMs; with fewer value heads it is a cap.
 pub const SPLIT_MAX_SEQS: u64 = 16;
 
