@@ -67,6 +67,9 @@ struct TierStat {
     copy_gb_per_s: f64,
     /// copy_median_us / median_us × 100: the fraction of the measured copy bandwidth reached.
     pct_of_copy: f64,
+    /// Each launch's median, in launch order, for a call of several launches (`cupti` tier only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    launch_median_us: Vec<f64>,
     samples_us: Vec<f64>,
 }
 
@@ -374,6 +377,7 @@ fn tier_stat(t: &TierSamples, copy: Option<&TierSamples>, tokens: usize, bytes: 
         copy_median_us: copy_med,
         copy_gb_per_s: bytes as f64 / copy_med / 1e3,
         pct_of_copy: copy_med / med * 100.0,
+        launch_median_us: t.launch_median_us.clone(),
         samples_us: s.clone(),
     }
 }

@@ -14,6 +14,22 @@ pub struct TierSamples {
     /// A sentence saying exactly how the samples were taken.
     pub method: String,
     pub samples_us: Vec<f64>,
+    /// For a call of several launches, where the tier sees each: the median duration of each launch over the calls,
+    /// in launch order (empty otherwise).
+    #[serde(default)]
+    pub launch_median_us: Vec<f64>,
+}
+
+impl TierSamples {
+    /// A tier of whole-call samples (no per-launch breakdown).
+    pub fn new(tier: &str, method: String, samples_us: Vec<f64>) -> TierSamples {
+        TierSamples {
+            tier: tier.into(),
+            method,
+            samples_us,
+            launch_median_us: Vec::new(),
+        }
+    }
 }
 
 /// Benchmark settings shared by all backends.

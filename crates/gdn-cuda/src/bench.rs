@@ -3,7 +3,12 @@
 //! prefill plan's prep and walk together: events bracket the pair, a graph captures both):
 //! * `cupti` (first, when CUPTI loads: `cupti.rs`) — before each call the same L2 flush as `kernel`; per call
 //!   the sum of its kernels' durations from CUPTI activity records: pure GPU kernel time, the method of
-//!   `shared/ANCHORS.md` and flashinfer-bench, so the number to compare with the peers'.
+//!   `shared/ANCHORS.md` (the peers' kernels summed), so the number to compare with the peers'. For a call of
+//!   several launches the JSON also gives each launch's median (`launch_median_us`, in launch order).
+//! * `span` (with `cupti`, from the same records) — per call from its first kernel's start to its last kernel's
+//!   end: the sum plus the gaps between the call's launches. FlashInfer's `bench_gpu_time_with_cupti`
+//!   (flashinfer.testing), which flashinfer-bench times solutions with, reports this; for one launch it is the
+//!   sum.
 //! * `kernel` — before each call an L2 flush (a memset of max(256 MiB, 4 × L2) on the same stream); CUDA
 //!   events are recorded immediately around the call's launch(es) while the flush is still running, so the
 //!   host's launch latency is hidden behind the flush and the events bracket the kernel alone.
@@ -192,8 +197,9 @@ pub fn tiers(
     // tier 3: graph (GRAPH_CALLS calls per replay, hot L2)
     let graph = graph_tier(b, sets, call, iters)?;
 
-    let mut out = Vec::with_capacity(4);
-    if let Some((samples_us, per_call)) = cupti {
+    let mut out = Vec::with_capacity(5);
+    if let Some(c) = cupti {
+        let per_call = c.launch_median_us.len();
         out.push(TierSamples {
             tier: "cupti".into(),
             method: format!(
@@ -203,41 +209,63 @@ pub fn tiers(
                 flush_bytes >> 20,
                 sets
             ),
-            samples_us,
+            samples_us: c.sum_us,
+            launch_median_us: if per_call > 1 {
+                c.launch_median_us
+            } else {
+                Vec::new()
+            },
         });
+        out.push(TierSamples::new(
+            "span",
+            format!(
+                "the same CUPTI records as `cupti`, per call from its first kernel's start to its last kernel's end \
+                 ({what}; the gaps between its {per_call} launch(es) count): FlashInfer's bench_gpu_time_with_cupti, \
+                 which flashinfer-bench times solutions with"
+            ),
+            c.span_us,
+        ));
     }
     out.extend([
-        TierSamples {
-            tier: "kernel".into(),
-            method: format!(
+        TierSamples::new(
+            "kernel",
+            format!(
                 "CUDA events recorded right around {what}, queued behind a {} MiB memset that \
                  flushes L2 (launch latency hidden); {} input sets cycled",
                 flush_bytes >> 20,
                 sets
             ),
-            samples_us: kernel,
-        },
-        TierSamples {
-            tier: "events".into(),
-            method: format!(
+            kernel,
+        ),
+        TierSamples::new(
+            "events",
+            format!(
                 "L2 flush, stream synchronise, then CUDA events around the host-side call path \
                  (argument checks, kernel choice, {what}); {sets} input sets cycled"
             ),
-            samples_us: events,
-        },
-        TierSamples {
-            tier: "graph".into(),
-            method: format!(
+            events,
+        ),
+        TierSamples::new(
+            "graph",
+            format!(
                 "{GRAPH_CALLS} calls ({what} each) captured in one CUDA graph and replayed; CUDA events around each \
                  replay, divided by {GRAPH_CALLS} (hot L2, no launch gaps); {sets} input sets cycled"
             ),
-            samples_us: graph,
-        },
+            graph,
+        ),
     ]);
     Ok(out)
 }
 
-/// The `cupti` tier: one probe call counts the launches of a call (none, e.g. a memcpy: no tier), then
+/// What the CUPTI records of `iters` calls give: per call the sum of its kernel durations (`cupti`) and its span
+/// (`span`), and the median of each launch.
+struct CuptiSamples {
+    sum_us: Vec<f64>,
+    span_us: Vec<f64>,
+    launch_median_us: Vec<f64>,
+}
+
+/// The `cupti` and `span` tiers: one probe call counts the launches of a call (none, e.g. a memcpy: no tier), then
 /// `iters` flushed calls are recorded and their kernel durations summed per call.
 fn cupti_tier(
     rec: &crate::cupti::Recorder,
@@ -246,7 +274,7 @@ fn cupti_tier(
     sets: usize,
     call: &Call,
     iters: usize,
-) -> Result<Option<(Vec<f64>, usize)>> {
+) -> Result<Option<CuptiSamples>> {
     let s = b.gpu.stream();
     let err = |e: String| be(format!("cupti tier: {e}"));
     let probe = rec
@@ -268,8 +296,12 @@ fn cupti_tier(
             b.gpu.sync()
         })
         .map_err(err)?;
-    let us = crate::cupti::per_call_us(&recorded, per_call, iters).map_err(err)?;
-    Ok(Some((us, per_call)))
+    Ok(Some(CuptiSamples {
+        sum_us: crate::cupti::per_call_us(&recorded, per_call, iters).map_err(err)?,
+        span_us: crate::cupti::per_call_span_us(&recorded, per_call, iters).map_err(err)?,
+        launch_median_us: crate::cupti::per_launch_median_us(&recorded, per_call, iters)
+            .map_err(err)?,
+    }))
 }
 
 fn graph_tier(b: &CudaBackend, sets: usize, call: &Call, iters: usize) -> Result<Vec<f64>> {

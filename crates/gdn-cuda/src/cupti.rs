@@ -185,9 +185,89 @@ pub fn per_call_us(
         .collect()
 }
 
+/// Per-call span (µs): from the first kernel's start to the last kernel's end of each call (`per_call_us`'s
+/// intervals and checks). It counts the gaps between a call's launches too: the method of FlashInfer's
+/// `bench_gpu_time_with_cupti` (flashinfer.testing, which flashinfer-bench times solutions with), equal to the sum
+/// for a call of one launch.
+pub fn per_call_span_us(
+    intervals: &[(u64, u64)],
+    per_call: usize,
+    calls: usize,
+) -> Result<Vec<f64>, String> {
+    per_call_us(intervals, per_call, calls)?;
+    Ok(intervals
+        .chunks(per_call)
+        .map(|c| {
+            let first = c.iter().map(|x| x.0).min().unwrap_or(0);
+            let last = c.iter().map(|x| x.1).max().unwrap_or(first);
+            (last - first) as f64 * 1e-3
+        })
+        .collect())
+}
+
+/// The median duration (µs) of each launch of a call over `calls` calls, in launch order (`per_call_us`'s
+/// intervals and checks): which kernel of a plan the time goes to, and what a launch that exits costs.
+pub fn per_launch_median_us(
+    intervals: &[(u64, u64)],
+    per_call: usize,
+    calls: usize,
+) -> Result<Vec<f64>, String> {
+    per_call_us(intervals, per_call, calls)?;
+    Ok((0..per_call)
+        .map(|j| {
+            let mut d: Vec<f64> = intervals
+                .iter()
+                .skip(j)
+                .step_by(per_call)
+                .map(|&(s, e)| (e - s) as f64 * 1e-3)
+                .collect();
+            d.sort_by(f64::total_cmp);
+            let m = d.len() / 2;
+            if d.len() % 2 == 1 {
+                d[m]
+            } else {
+                (d[m - 1] + d[m]) / 2.0
+            }
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::per_call_us;
+    use super::{per_call_span_us, per_call_us, per_launch_median_us};
+
+    #[test]
+    fn spans_count_the_gaps_between_a_calls_launches() {
+        // two calls of two launches: 0..1.5 and 2..4 us (span 4), then 10..13 and 14..14.25 (span 4.25)
+        let iv = [(0, 1500), (2000, 4000), (10_000, 13_000), (14_000, 14_250)];
+        assert_eq!(per_call_span_us(&iv, 2, 2).unwrap(), vec![4.0, 4.25]);
+        // one launch per call: the span is the duration
+        assert_eq!(
+            per_call_span_us(&iv, 1, 4).unwrap(),
+            per_call_us(&iv, 1, 4).unwrap()
+        );
+        assert!(per_call_span_us(&iv, 3, 1).is_err());
+    }
+
+    #[test]
+    fn launch_medians_follow_launch_order() {
+        // three calls of two launches: first launches 1.5, 3, 1 us (median 1.5); second 2, 0.25, 0.5 (0.5)
+        let iv = [
+            (0, 1500),
+            (2000, 4000),
+            (10_000, 13_000),
+            (14_000, 14_250),
+            (20_000, 21_000),
+            (22_000, 22_500),
+        ];
+        assert_eq!(per_launch_median_us(&iv, 2, 3).unwrap(), vec![1.5, 0.5]);
+        // an even count takes the mean of the middle two
+        assert_eq!(
+            per_launch_median_us(&iv[..4], 2, 2).unwrap(),
+            vec![2.25, 1.125]
+        );
+        assert!(per_launch_median_us(&iv, 4, 2).is_err());
+    }
 
     #[test]
     fn sums_each_calls_kernels() {

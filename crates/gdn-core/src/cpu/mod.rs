@@ -507,15 +507,15 @@ impl Timed for CpuBackend {
             self.run(p, &inputs[i % n], &mut outs[i % n])?;
             samples.push(t0.elapsed().as_secs_f64() * 1e6);
         }
-        Ok(vec![TierSamples {
-            tier: "wall".into(),
-            method: format!(
+        Ok(vec![TierSamples::new(
+            "wall",
+            format!(
                 "host wall clock around each call ({} rayon threads), {n} input sets cycled, {} warm-up calls",
                 rayon::current_num_threads(),
                 cfg.warmup
             ),
-            samples_us: samples,
-        }])
+            samples,
+        )])
     }
 
     fn time_copy(&self, bytes: u64, cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
@@ -541,14 +541,14 @@ impl Timed for CpuBackend {
             samples.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         std::hint::black_box(&dst);
-        Ok(vec![TierSamples {
-            tier: "wall".into(),
-            method: format!(
+        Ok(vec![TierSamples::new(
+            "wall",
+            format!(
                 "host wall clock around a parallel memcpy of {half} bytes ({} rayon threads, 256 KiB chunks), {sets} sources cycled",
                 rayon::current_num_threads()
             ),
-            samples_us: samples,
-        }])
+            samples,
+        )])
     }
 
     fn device(&self) -> String {
