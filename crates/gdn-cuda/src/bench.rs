@@ -13,7 +13,7 @@
 //!   events are recorded immediately around the call's launch(es) while the flush is still running, so the
 //!   host's launch latency is hidden behind the flush and the events bracket the kernel alone.
 //! * `events` — flush, synchronise, then events around the whole host-side call path (argument checks,
-//!   kernel choice, launch): the flashinfer-bench way; includes launch overhead.
+//!   kernel choice, launch): flashinfer-bench's way before it timed with CUPTI; includes launch overhead.
 //! * `graph` — `GRAPH_CALLS` calls captured in one CUDA graph, replayed; per call = replay time /
 //!   `GRAPH_CALLS` (hot L2, launch gaps removed).
 //!
@@ -299,8 +299,11 @@ fn cupti_tier(
     Ok(Some(CuptiSamples {
         sum_us: crate::cupti::per_call_us(&recorded, per_call, iters).map_err(err)?,
         span_us: crate::cupti::per_call_span_us(&recorded, per_call, iters).map_err(err)?,
-        launch_median_us: crate::cupti::per_launch_median_us(&recorded, per_call, iters)
-            .map_err(err)?,
+        launch_median_us: crate::cupti::per_launch_us(&recorded, per_call, iters)
+            .map_err(err)?
+            .iter()
+            .map(|d| median(d))
+            .collect(),
     }))
 }
 

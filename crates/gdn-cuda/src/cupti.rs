@@ -155,48 +155,52 @@ impl Recorder {
     }
 }
 
-/// Per-call kernel time (µs) from the sorted intervals of `calls` calls of `per_call` launches each, made one
-/// after another on one stream: the sum of each call's kernel durations (the peers' method). Errors when the
-/// record count does not match (a launch missing or an unexpected kernel), rather than misattributing.
-pub fn per_call_us(
+/// The sorted intervals of `calls` calls of `per_call` launches each, made one after another on one stream, one
+/// chunk per call. Errors when the record count does not match (a launch missing or an unexpected kernel), rather than
+/// misattributing, or when a record ends before it starts.
+fn calls_of(
     intervals: &[(u64, u64)],
     per_call: usize,
     calls: usize,
-) -> Result<Vec<f64>, String> {
+) -> Result<std::slice::Chunks<'_, (u64, u64)>, String> {
     if per_call == 0 || intervals.len() != per_call * calls {
         return Err(format!(
             "CUPTI recorded {} kernels for {calls} calls of {per_call} launch(es) each",
             intervals.len()
         ));
     }
-    intervals
-        .chunks(per_call)
-        .map(|c| {
-            c.iter().try_fold(0.0, |acc, &(s, e)| {
-                if e < s {
-                    Err(format!(
-                        "CUPTI kernel record ends before it starts ({s} > {e})"
-                    ))
-                } else {
-                    Ok(acc + (e - s) as f64 * 1e-3)
-                }
-            })
-        })
-        .collect()
+    if let Some((s, e)) = intervals.iter().find(|(s, e)| e < s) {
+        return Err(format!(
+            "CUPTI kernel record ends before it starts ({s} > {e})"
+        ));
+    }
+    Ok(intervals.chunks(per_call))
 }
 
-/// Per-call span (µs): from the first kernel's start to the last kernel's end of each call (`per_call_us`'s
-/// intervals and checks). It counts the gaps between a call's launches too: the method of FlashInfer's
-/// `bench_gpu_time_with_cupti` (flashinfer.testing, which flashinfer-bench times solutions with), equal to the sum
-/// for a call of one launch.
+fn duration_us(&(s, e): &(u64, u64)) -> f64 {
+    (e - s) as f64 * 1e-3
+}
+
+/// Per-call kernel time (µs): the sum of each call's kernel durations (the peers' method; `calls_of`'s checks).
+pub fn per_call_us(
+    intervals: &[(u64, u64)],
+    per_call: usize,
+    calls: usize,
+) -> Result<Vec<f64>, String> {
+    Ok(calls_of(intervals, per_call, calls)?
+        .map(|c| c.iter().map(duration_us).sum())
+        .collect())
+}
+
+/// Per-call span (µs): from the first kernel's start to the last kernel's end of each call (`calls_of`'s checks). It
+/// counts the gaps between a call's launches too: the method of FlashInfer's `bench_gpu_time_with_cupti`
+/// (flashinfer.testing, which flashinfer-bench times solutions with); for a call of one launch, the sum.
 pub fn per_call_span_us(
     intervals: &[(u64, u64)],
     per_call: usize,
     calls: usize,
 ) -> Result<Vec<f64>, String> {
-    per_call_us(intervals, per_call, calls)?;
-    Ok(intervals
-        .chunks(per_call)
+    Ok(calls_of(intervals, per_call, calls)?
         .map(|c| {
             let first = c.iter().map(|x| x.0).min().unwrap_or(0);
             let last = c.iter().map(|x| x.1).max().unwrap_or(first);
@@ -205,36 +209,22 @@ pub fn per_call_span_us(
         .collect())
 }
 
-/// The median duration (µs) of each launch of a call over `calls` calls, in launch order (`per_call_us`'s
-/// intervals and checks): which kernel of a plan the time goes to, and what a launch that exits costs.
-pub fn per_launch_median_us(
+/// Each launch's durations (µs) over the calls, in launch order (`calls_of`'s checks): which kernel of a plan the
+/// time goes to, and what a launch that exits costs.
+pub fn per_launch_us(
     intervals: &[(u64, u64)],
     per_call: usize,
     calls: usize,
-) -> Result<Vec<f64>, String> {
-    per_call_us(intervals, per_call, calls)?;
+) -> Result<Vec<Vec<f64>>, String> {
+    let calls: Vec<_> = calls_of(intervals, per_call, calls)?.collect();
     Ok((0..per_call)
-        .map(|j| {
-            let mut d: Vec<f64> = intervals
-                .iter()
-                .skip(j)
-                .step_by(per_call)
-                .map(|&(s, e)| (e - s) as f64 * 1e-3)
-                .collect();
-            d.sort_by(f64::total_cmp);
-            let m = d.len() / 2;
-            if d.len() % 2 == 1 {
-                d[m]
-            } else {
-                (d[m - 1] + d[m]) / 2.0
-            }
-        })
+        .map(|j| calls.iter().map(|c| duration_us(&c[j])).collect())
         .collect())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{per_call_span_us, per_call_us, per_launch_median_us};
+    use super::{per_call_span_us, per_call_us, per_launch_us};
 
     #[test]
     fn spans_count_the_gaps_between_a_calls_launches() {
@@ -250,8 +240,8 @@ mod tests {
     }
 
     #[test]
-    fn launch_medians_follow_launch_order() {
-        // three calls of two launches: first launches 1.5, 3, 1 us (median 1.5); second 2, 0.25, 0.5 (0.5)
+    fn launches_follow_launch_order() {
+        // three calls of two launches: first launches 1.5, 3, 1 us; second 2, 0.25, 0.5
         let iv = [
             (0, 1500),
             (2000, 4000),
@@ -260,13 +250,14 @@ mod tests {
             (20_000, 21_000),
             (22_000, 22_500),
         ];
-        assert_eq!(per_launch_median_us(&iv, 2, 3).unwrap(), vec![1.5, 0.5]);
-        // an even count takes the mean of the middle two
         assert_eq!(
-            per_launch_median_us(&iv[..4], 2, 2).unwrap(),
-            vec![2.25, 1.125]
+            per_launch_us(&iv, 2, 3).unwrap(),
+            vec![vec![1.5, 3.0, 1.0], vec![2.0, 0.25, 0.5]]
         );
-        assert!(per_launch_median_us(&iv, 4, 2).is_err());
+        assert!(per_launch_us(&iv, 4, 2).is_err());
+        assert!(per_launch_us(&[(5, 4), (6, 7)], 2, 1)
+            .unwrap_err()
+            .contains("ends before"));
     }
 
     #[test]
