@@ -18,7 +18,7 @@
 //!   `GRAPH_CALLS` (hot L2, launch gaps removed).
 //!
 //! `time_copy(bytes)` measures a device-to-device copy of bytes/2 (read bytes/2 + write bytes/2) with the
-//! same three tiers: the bandwidth floor the kernels are compared with. Two copies are timed and, per tier,
+//! same tiers: the bandwidth floor the kernels are compared with. Two copies are timed and, per tier,
 //! the faster one is the floor: `cuMemcpyDtoDAsync` (fastest in a stream: 4176 GB/s for 512 MiB on an H200)
 //! and a copy kernel of ours (`COPY_SRC`, 16-byte loads, four in flight per thread; 3874 GB/s there), because
 //! inside a CUDA graph a memcpy node runs on the copy engines, ~1.5x slower (388 vs 257 us for 512 MiB).
@@ -133,7 +133,7 @@ fn copy_kernel(b: &CudaBackend) -> Result<&CopyKernel> {
         .map_err(|e| be(e.clone()))
 }
 
-/// Runs the three tiers on `call`, cycling `sets` input sets (also used by `gdn-cuda-smoke` for its
+/// Runs the timing tiers on `call`, cycling `sets` input sets (also used by `gdn-cuda-smoke` for its
 /// empty-kernel floor). `what` names what one call enqueues (e.g. "one copy-kernel launch"); every tier
 /// times whole calls, so a call of several launches (the chunk64 prefill plan) is timed as one.
 pub fn tiers(
