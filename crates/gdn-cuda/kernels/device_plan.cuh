@@ -17,6 +17,21 @@
 // all in one round of independent loads.
 constexpr int DEVICE_PLAN_MAX_N = 256;
 
+// The warp's max (MAX) or min of a non-negative 64-bit value: redux.sync on its two halves. Whole warps call it; the
+// result is warp-uniform, so ptxas keeps what derives from it on the uniform datapath.
+template <bool MAX>
+__device__ __forceinline__ i64 warp_bound(i64 m) {
+    u32 hi, lo;
+    if (MAX) {
+        hi = __reduce_max_sync(0xffffffffu, (u32)((u64)m >> 32));
+        lo = __reduce_max_sync(0xffffffffu, (u32)((u64)m >> 32) == hi ? (u32)m : 0u);
+    } else {
+        hi = __reduce_min_sync(0xffffffffu, (u32)((u64)m >> 32));
+        lo = __reduce_min_sync(0xffffffffu, (u32)((u64)m >> 32) == hi ? (u32)m : 0xffffffffu);
+    }
+    return (i64)(((u64)hi << 32) | lo);
+}
+
 // max (LONGEST) or min over i < n of cu[i + 1] − cu[i] (n <= DEVICE_PLAN_MAX_N; 0 when n <= 0). Whole warps call it; the
 // result is warp-uniform and comes from redux.sync, so ptxas keeps what derives from it on the uniform datapath.
 template <bool LONGEST>
@@ -31,15 +46,7 @@ __device__ __forceinline__ i64 seq_len_bound(const i64* cu, i64 n) {
             m = (LONGEST ? len > m : len < m) ? len : m;
         }
     }
-    u32 hi, lo;
-    if (LONGEST) {
-        hi = __reduce_max_sync(0xffffffffu, (u32)((u64)m >> 32));
-        lo = __reduce_max_sync(0xffffffffu, (u32)((u64)m >> 32) == hi ? (u32)m : 0u);
-    } else {
-        hi = __reduce_min_sync(0xffffffffu, (u32)((u64)m >> 32));
-        lo = __reduce_min_sync(0xffffffffu, (u32)((u64)m >> 32) == hi ? (u32)m : 0xffffffffu);
-    }
-    return (i64)(((u64)hi << 32) | lo);
+    return warp_bound<LONGEST>(m);
 }
 // The device plan's longest sequence.
 __device__ __forceinline__ i64 longest_seq(const i64* cu, i64 n) { return seq_len_bound<true>(cu, n); }

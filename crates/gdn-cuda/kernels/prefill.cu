@@ -517,12 +517,9 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
             u32 nsm;
             asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
             // T = cu_seqlens[n] = the largest end the lanes loaded (cu_seqlens is non-decreasing; v14.1: no load of its
-            // own). A warp max over the ends' two halves: a select of e[(n - 1) / 32] by a runtime index put e[] in
-            // local memory (32 bytes of stack).
-            const i64 em = max(max(e[0], e[1]), max(e[2], e[3]));
-            const u32 hi = __reduce_max_sync(0xffffffffu, (u32)((u64)em >> 32));
-            const u32 lo = __reduce_max_sync(0xffffffffu, (u32)((u64)em >> 32) == hi ? (u32)em : 0u);
-            const i64 t_all = (i64)(((u64)hi << 32) | lo);
+            // own). A warp max (device_plan.cuh): a select of e[(n - 1) / 32] by a runtime index put e[] in local memory
+            // (32 bytes of stack).
+            const i64 t_all = warp_bound<true>(max(max(e[0], e[1]), max(e[2], e[3])));
             const i64 share = (t_all + (i64)GDN_SPLIT_SEQ_TOKENS * n) * (i64)p.num_v_heads / (i64)max(nsm, 1u);
             const i64 tau = max((i64)SPLIT_MIN_TOKENS, share * GDN_SPLIT_TAU_X16 / 16);
 #pragma unroll
