@@ -44,6 +44,10 @@
 // wave of CTAs that claim the grid's items from a counter, so that a launch that is not the call's costs one wave of
 // exits. The default build is unchanged (SASS identical). H200, without the hint: 64x1024 318.4 -> 307.9 us, prefill_15
 // 174.6 -> 144.0 (the cp launches now pay their exits), the mix even (2978 -> 2976).
+// v16 (session 30, results/prefill_s30.md): programmatic dependent launch (sm90.cuh, pdl_*). Every launch of a call
+// after its first may be dispatched while its predecessor runs: the cp passes and the scan find their segment, and a
+// device-plan launch decides it is not the call's, before griddepcontrol.wait; a launch that exits has only block 0
+// wait (so the call still completes in order). Each body waits before it reads the workspace or writes anything.
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -453,6 +457,7 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
     if (N <= 0) return;
     // the sequence: the largest i with f(i) <= slot (f strictly increasing, f(0) = 0)
     const i64 seq = warp_last_true(N, [&](i64 i) { return seq_slot(p.cu_seqlens, i) <= slot; });
+    pdl_wait();  // (a call's first launch: a no-op, but the rule holds for every body)
     const i64 start = p.cu_seqlens[seq] + (slot - seq_slot(p.cu_seqlens, seq)) * C;
     const i64 eos = p.cu_seqlens[seq + 1];
     // v13: the chunk64 walk's order, longest sequence first. The CTA of sequence seq's first slot and head 0 (an
@@ -1137,6 +1142,7 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p, const Bid b
     j.vh = bid.x() & 1;
     j.h = (bid.x() >> 1) % HV;
     const i64 r = (i64)(bid.x() >> 1) / HV;  // v13: the r-th longest sequence (prep's order), else sequence r
+    pdl_wait();  // (the order is the prep's)
     j.seq = chunk64_ordered(p) ? uni64(walk_order(p)[r]) : r;
     j.bos = p.cu_seqlens[j.seq];
     j.eos = p.cu_seqlens[j.seq + 1];
@@ -1238,8 +1244,10 @@ __device__ __forceinline__ void cp_pass1(const Prefill64Params& p, const Bid bid
     if (!find_segment(p, bid.x(), sp)) return;
     const int h = bid.y(), vh = bid.z() % CPH, role = bid.z() / CPH;
     WalkJob j = segment_job(sp, h, vh, p.seg_chunks);
+    if (sp.s == 0 && role != 0) return;
+    if (sp.s >= sp.nseg - 1 && sp.s > 0) return;  // (the last segment's end state is never needed)
+    pdl_wait();  // v16: the search above ran while the prep finished
     if (sp.s == 0) {
-        if (role != 0) return;
         j.init = INIT_STATE;
         if (sp.nseg == 1) {
             j.end = END_STATE;
@@ -1266,6 +1274,7 @@ template <int WGS, bool BF16STATE, class Bid>
 __device__ __forceinline__ void cp_pass3(const Prefill64Params& p, const Bid bid) {
     SegPos sp;
     if (!find_segment(p, bid.x(), sp) || sp.s == 0) return;
+    pdl_wait();  // v16: the search above ran while the scan (or pass 1) finished
     const int h = bid.y();
     WalkJob j = segment_job(sp, h, bid.z() % WalkLayout<WGS>::CTAS_PER_HEAD, p.seg_chunks);
     j.init = INIT_WS;
@@ -1378,6 +1387,7 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p, const Bid bid)
     const int nch = (int)((len + C - 1) / C);
     const int nseg = nch > L ? (nch + L - 1) / L : 1;
     if (nseg < 3) return;
+    pdl_wait();  // v16: the search above ran while pass 1 finished
     const i64 first = seg_first(p.cu_seqlens, seq, L);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int m0 = 16 * warp;
@@ -1555,7 +1565,9 @@ __device__ void wg_selftest(const __nv_bfloat16* A, const __nv_bfloat16* B, floa
 #define GDN_P64_SCAN_BOUNDS __launch_bounds__(256)
 #define GDN_P64_RUN(PART, LAUNCH, ...)                                                          \
     const Prefill64Params& q = p;                                                                      \
-    __VA_ARGS__(q, gdn_prefill64::GridIdx{});
+    pdl_launch_dependents();                                                                           \
+    __VA_ARGS__(q, gdn_prefill64::GridIdx{});                                                          \
+    pdl_exit();
 #define GDN_P64_RUN_PREP(...) GDN_P64_RUN(PART_PREP, 0, __VA_ARGS__)
 #else
 namespace gdn_prefill64 {
@@ -1580,6 +1592,7 @@ __device__ __forceinline__ void dp_items(const Prefill64PlanParams& pp, Body&& b
     __syncthreads();
     for (u32 i = blockIdx.x; i < n;) {
         body(ItemIdx{i % vx, (i % vxy) / vx, i / vxy});
+        pdl_wait();  // (the counters are the prep's: a body that returned at once has not waited)
         if (threadIdx.x == 0) next = gridDim.x + atomicAdd(pp.claimed + LAUNCH, 1u);
         __syncthreads();  // the claim is in; the item's shared memory and barriers are free
         i = next;
@@ -1591,11 +1604,20 @@ __device__ __forceinline__ void dp_items(const Prefill64PlanParams& pp, Body&& b
 #define GDN_P64_SCAN_BOUNDS __launch_bounds__(256, 1)
 #define GDN_P64_RUN(PART, LAUNCH, ...)                                                          \
     Prefill64Params q = pp.p;                                                                          \
-    if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART, q.seg_chunks)) return;              \
+    pdl_launch_dependents();                                                                           \
+    if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART, q.seg_chunks)) {                    \
+        pdl_exit();                                                                                    \
+        return;                                                                                        \
+    }                                                                                                  \
     gdn_prefill64::dp_items<LAUNCH>(pp, [&](const gdn_prefill64::ItemIdx b) { __VA_ARGS__(q, b); });
 #define GDN_P64_RUN_PREP(...)                                                                          \
     Prefill64Params q = pp.p;                                                                          \
-    if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART_PREP, q.seg_chunks)) return;         \
+    pdl_launch_dependents();                                                                           \
+    if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART_PREP, q.seg_chunks)) {               \
+        pdl_exit();                                                                                    \
+        return;                                                                                        \
+    }                                                                                                  \
+    pdl_wait();                                                                                        \
     gdn_prefill64::dp_zero_counters(pp);                                                               \
     __VA_ARGS__(q, gdn_prefill64::GridIdx{});
 #endif

@@ -7,6 +7,27 @@
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
+// Programmatic dependent launch (PDL; session 30). A multi-launch prefill call (chunk64, cp, the device plan) launches
+// every kernel after its first with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (launch.rs), so a launch's
+// CTAs may be dispatched while its predecessor in the stream still runs: they read cu_seqlens and the call's other
+// inputs (nothing of the call writes them), set up shared memory, decide whether the call is theirs, and then
+//   pdl_wait(): griddepcontrol.wait, until the predecessor grid has completed and its writes are visible. Every CTA
+//               runs it before it reads what an earlier launch wrote or writes anything;
+//   pdl_exit(): a CTA that leaves without touching such memory (a device-plan launch that is not the call's): only
+//               block 0 waits, so that the launch still completes after its predecessor, and so (by induction) after
+//               every earlier launch of the call: the next launch's pdl_wait, and whatever the caller enqueues next,
+//               may rely on all of them;
+//   pdl_launch_dependents(): griddepcontrol.launch_dependents, at the top of every kernel: the successor may be
+//               dispatched once every CTA of this grid has run it (or exited); it orders nothing.
+// Without the attribute (a first launch, GDN_PDL=0) the launch is stream-ordered and the three are no-ops.
+// Why: a launch boundary costs ~1.2-1.6 us of the call's span and a device-plan launch that exits ~1.5-2.5 us of kernel
+// time (results/prefill_s29.md); under PDL both overlap the predecessor's run.
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_exit() {
+    if ((blockIdx.x | blockIdx.y | blockIdx.z) == 0) pdl_wait();
+}
+
 // MUFU approximations with flush-to-zero: results under 2^-126 are 0 (decays may underflow to 0 by design); no
 // subnormal fix-up sequence around each instruction (the non-ftz ex2 costs a compare and two predicated multiplies).
 __device__ __forceinline__ float ex2_ftz(float x) {

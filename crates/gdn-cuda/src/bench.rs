@@ -2,13 +2,16 @@
 //! first, and reports one sample per call in microseconds. A call is every launch of its plan (the chunk64
 //! prefill plan's prep and walk together: events bracket the pair, a graph captures both):
 //! * `cupti` (first, when CUPTI loads: `cupti.rs`) — before each call the same L2 flush as `kernel`; per call
-//!   the sum of its kernels' durations from CUPTI activity records: pure GPU kernel time, the method of
-//!   `shared/ANCHORS.md` (the peers' kernels summed), so the number to compare with the peers'. For a call of
-//!   several launches the JSON also gives each launch's median (`launch_median_us`, in launch order).
+//!   the time in which at least one of its kernels runs, from CUPTI activity records: pure GPU kernel time, the
+//!   method of `shared/ANCHORS.md` (the peers' kernels summed: for launches that run one after another the union
+//!   is that sum; under programmatic dependent launch a launch's CTAs start while its predecessor runs, and the
+//!   overlap counts once), so the number to compare with the peers'. For a call of several launches the JSON also
+//!   gives each launch's median (`launch_median_us`, in launch order; under PDL a launch's duration includes its
+//!   wait for the previous one).
 //! * `span` (with `cupti`, from the same records) — per call from its first kernel's start to its last kernel's
-//!   end: the sum plus the gaps between the call's launches. FlashInfer's `bench_gpu_time_with_cupti`
+//!   end: the kernel time plus the gaps between the call's launches. FlashInfer's `bench_gpu_time_with_cupti`
 //!   (flashinfer.testing), which flashinfer-bench times solutions with, reports this; for one launch it is the
-//!   sum.
+//!   duration.
 //! * `kernel` — before each call an L2 flush (a memset of max(256 MiB, 4 × L2) on the same stream); CUDA
 //!   events are recorded immediately around the call's launch(es) while the flush is still running, so the
 //!   host's launch latency is hidden behind the flush and the events bracket the kernel alone.
@@ -203,13 +206,13 @@ pub fn tiers(
         out.push(TierSamples {
             tier: "cupti".into(),
             method: format!(
-                "pure GPU kernel time: CUPTI activity records, per call the sum of its {per_call} kernel \
-                 duration(s) ({what}); a {} MiB memset flushes L2 before every call (not counted); {} input \
+                "pure GPU kernel time: CUPTI activity records, per call the union of its {per_call} kernel \
+                 interval(s) ({what}); a {} MiB memset flushes L2 before every call (not counted); {} input \
                  sets cycled",
                 flush_bytes >> 20,
                 sets
             ),
-            samples_us: c.sum_us,
+            samples_us: c.busy_us,
             launch_median_us: if per_call > 1 {
                 c.launch_median_us
             } else {
@@ -257,16 +260,16 @@ pub fn tiers(
     Ok(out)
 }
 
-/// What the CUPTI records of `iters` calls give: per call the sum of its kernel durations (`cupti`) and its span
+/// What the CUPTI records of `iters` calls give: per call the union of its kernel intervals (`cupti`) and its span
 /// (`span`), and the median of each launch.
 struct CuptiSamples {
-    sum_us: Vec<f64>,
+    busy_us: Vec<f64>,
     span_us: Vec<f64>,
     launch_median_us: Vec<f64>,
 }
 
 /// The `cupti` and `span` tiers: one probe call counts the launches of a call (none, e.g. a memcpy: no tier), then
-/// `iters` flushed calls are recorded and their kernel durations summed per call.
+/// `iters` flushed calls are recorded and their kernel intervals united per call.
 fn cupti_tier(
     rec: &crate::cupti::Recorder,
     b: &CudaBackend,
@@ -297,7 +300,7 @@ fn cupti_tier(
         })
         .map_err(err)?;
     Ok(Some(CuptiSamples {
-        sum_us: crate::cupti::per_call_us(&recorded, per_call, iters).map_err(err)?,
+        busy_us: crate::cupti::per_call_us(&recorded, per_call, iters).map_err(err)?,
         span_us: crate::cupti::per_call_span_us(&recorded, per_call, iters).map_err(err)?,
         launch_median_us: crate::cupti::per_launch_us(&recorded, per_call, iters)
             .map_err(err)?

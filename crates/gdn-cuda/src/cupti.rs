@@ -181,14 +181,26 @@ fn duration_us(&(s, e): &(u64, u64)) -> f64 {
     (e - s) as f64 * 1e-3
 }
 
-/// Per-call kernel time (µs): the sum of each call's kernel durations (the peers' method; `calls_of`'s checks).
+/// Per-call kernel time (µs): the time in which at least one of the call's kernels runs, the union of their intervals
+/// (`calls_of`'s checks). For launches that run one after another it is the sum of their durations, the peers'
+/// method; under programmatic dependent launch (session 30) a launch's CTAs start while its predecessor runs, and a
+/// sum would count that overlap twice.
 pub fn per_call_us(
     intervals: &[(u64, u64)],
     per_call: usize,
     calls: usize,
 ) -> Result<Vec<f64>, String> {
     Ok(calls_of(intervals, per_call, calls)?
-        .map(|c| c.iter().map(duration_us).sum())
+        .map(|c| {
+            // (a call's records are sorted by start)
+            let (mut busy, mut reach) = (0u64, 0u64);
+            for &(s, e) in c {
+                let from = s.max(reach);
+                busy += e.saturating_sub(from);
+                reach = reach.max(e);
+            }
+            busy as f64 * 1e-3
+        })
         .collect())
 }
 
@@ -266,6 +278,22 @@ mod tests {
         let iv = [(0, 1500), (2000, 4000), (10_000, 13_000), (14_000, 14_250)];
         assert_eq!(per_call_us(&iv, 2, 2).unwrap(), vec![3.5, 3.25]);
         assert_eq!(per_call_us(&iv, 1, 4).unwrap(), vec![1.5, 2.0, 3.0, 0.25]);
+    }
+
+    #[test]
+    fn overlapping_launches_count_once() {
+        // one call of three launches: 0..2 us, 1..3 (overlaps the first: PDL), 3.5..4 (nested in nothing), then a
+        // call whose second launch lies inside its first
+        let iv = [
+            (0, 2000),
+            (1000, 3000),
+            (3500, 4000),
+            (10_000, 14_000),
+            (11_000, 12_000),
+            (14_500, 15_000),
+        ];
+        assert_eq!(per_call_us(&iv, 3, 2).unwrap(), vec![3.5, 4.5]);
+        assert_eq!(per_call_span_us(&iv, 3, 2).unwrap(), vec![4.0, 5.0]);
     }
 
     #[test]

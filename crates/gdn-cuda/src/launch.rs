@@ -33,6 +33,9 @@ pub const VEC_ALIGN: u64 = 16;
 const DEFAULT_DYN_SMEM_LIMIT: u32 = 48 * 1024;
 /// Environment override naming the variant to launch (experiments; checked by the policy).
 pub const KERNEL_OVERRIDE_ENV: &str = "GDN_KERNEL";
+/// `GDN_PDL=0` launches every kernel of a multi-launch prefill call stream-ordered, without programmatic dependent
+/// launch (A/B runs and a way out; the kernels' griddepcontrol instructions are then no-ops).
+pub const PDL_ENV: &str = "GDN_PDL";
 
 /// A loaded kernel.
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +60,8 @@ pub struct KernelSet {
     sources: SourceSet,
     /// `GDN_KERNEL`, read once.
     force: Option<String>,
+    /// Whether a multi-launch call's launches after its first use programmatic dependent launch (`GDN_PDL`, read once).
+    pdl: bool,
     modules: Vec<(
         &'static Module,
         OnceLock<std::result::Result<LoadedModule, String>>,
@@ -443,6 +448,7 @@ impl KernelSet {
             force: std::env::var(KERNEL_OVERRIDE_ENV)
                 .ok()
                 .filter(|s| !s.is_empty()),
+            pdl: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             modules: registry::modules()
                 .into_iter()
                 .map(|m| (m, OnceLock::new()))
@@ -698,11 +704,12 @@ impl KernelSet {
                 )?;
             }
             PrefillPlan::Chunk64 { prep, walk, .. } => {
-                // both kernels read the same params; the walk consumes what the prep wrote (stream order)
+                // both kernels read the same params; the walk consumes what the prep wrote (stream order, or the
+                // walk's griddepcontrol.wait under programmatic dependent launch)
                 let params = args.params64();
                 let p = &params as *const Prefill64Params as *mut c_void;
                 self.launch(prep, p, stream)?;
-                self.launch(walk, p, stream)?;
+                self.launch_grid(walk, walk.grid, p, stream, false, self.pdl)?;
             }
             PrefillPlan::ContextParallel {
                 prep,
@@ -717,8 +724,9 @@ impl KernelSet {
                 params.seg_chunks = i32::try_from(*seg_chunks)
                     .map_err(|_| bad("cu_seqlens", "segment length does not fit i32"))?;
                 let p = &params as *const Prefill64Params as *mut c_void;
-                for c in [prep, pass1, scan, pass3] {
-                    self.launch(c, p, stream)?;
+                self.launch(prep, p, stream)?;
+                for c in [pass1, scan, pass3] {
+                    self.launch_grid(c, c.grid, p, stream, false, self.pdl)?;
                 }
             }
             PrefillPlan::Device {
@@ -743,6 +751,8 @@ impl KernelSet {
                 // (the device plan's builds of the kernels: registry::device_plan_module)
                 // the fused tiles: [0, tile_from) and [tile_from, run_from) (an empty range: never, run_below -1)
                 let tile_from = th.tile_from.min(th.run_from);
+                // every launch after the call's first: programmatic dependent launch (sm90.cuh, pdl_*)
+                let mut first = true;
                 for (f, from, below) in
                     [(fused, 0, tile_from), (fused_skew, tile_from, th.run_from)]
                 {
@@ -753,7 +763,8 @@ impl KernelSet {
                             run_from: tokens(from),
                         };
                         let p = &params as *const PrefillPlanParams as *mut c_void;
-                        self.launch_in(f, p, stream, true)?;
+                        self.launch_grid(f, f.grid, p, stream, true, self.pdl && !first)?;
+                        first = false;
                     }
                 }
                 // the prefill64 launches in `Prefill64PlanParams::vgrid` order; those after the prep are persistent
@@ -794,7 +805,8 @@ impl KernelSet {
                 let sms = self.caps.sm_count as u64;
                 for c in launches.into_iter().flatten() {
                     let ctas = device_plan::launched_ctas(c, sms) as u32; // (<= the grid: it fits)
-                    self.launch_grid(c, (ctas, 1, 1), p, stream, true)?;
+                    self.launch_grid(c, (ctas, 1, 1), p, stream, true, self.pdl && !first)?;
+                    first = false;
                 }
             }
         }
@@ -808,22 +820,14 @@ impl KernelSet {
         params: *mut c_void,
         stream: sys::CUstream,
     ) -> Result<()> {
-        self.launch_in(choice, params, stream, false)
+        self.launch_grid(choice, choice.grid, params, stream, false, false)
     }
 
-    /// `launch`, from the device plan's build of the variant's module when `device_plan` (its params struct: the
-    /// `…PlanParams` of params.rs).
-    unsafe fn launch_in(
-        &self,
-        choice: &Choice,
-        params: *mut c_void,
-        stream: sys::CUstream,
-        device_plan: bool,
-    ) -> Result<()> {
-        self.launch_grid(choice, choice.grid, params, stream, device_plan)
-    }
-
-    /// `launch_in` with another grid than the choice's (the device plan's persistent launches).
+    /// `launch` with another grid than the choice's (the device plan's persistent launches), from the device plan's
+    /// build of the variant's module when `device_plan` (its params struct: the `…PlanParams` of params.rs), and with
+    /// programmatic dependent launch when `pdl`: the launch's CTAs may start while the previous kernel on the stream
+    /// runs, and wait for it in the kernel (sm90.cuh, pdl_*). Only a call's launches after its first set it: the
+    /// first follows the caller's work, which gives no such wait.
     unsafe fn launch_grid(
         &self,
         choice: &Choice,
@@ -831,6 +835,7 @@ impl KernelSet {
         params: *mut c_void,
         stream: sys::CUstream,
         device_plan: bool,
+        pdl: bool,
     ) -> Result<()> {
         if choice.is_empty() {
             return Ok(());
@@ -841,15 +846,26 @@ impl KernelSet {
             self.kernel(choice.variant)?
         };
         let mut args = [params];
-        result::launch_kernel(
-            k.func,
-            grid,
-            (choice.block, 1, 1),
-            choice.dyn_smem,
-            stream,
-            &mut args,
-        )
-        .map_err(|e| {
+        let launched = if pdl {
+            launch_programmatic(
+                k.func,
+                grid,
+                choice.block,
+                choice.dyn_smem,
+                stream,
+                &mut args,
+            )
+        } else {
+            result::launch_kernel(
+                k.func,
+                grid,
+                (choice.block, 1, 1),
+                choice.dyn_smem,
+                stream,
+                &mut args,
+            )
+        };
+        launched.map_err(|e| {
             backend_err(drv(
                 &format!(
                     "launching {} grid {:?} block {} smem {}",
@@ -859,4 +875,37 @@ impl KernelSet {
             ))
         })
     }
+}
+
+/// `cuLaunchKernelEx` with `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` (cudarc's safe launchers do not take
+/// launch attributes).
+///
+/// # Safety
+/// As `result::launch_kernel`; the kernel must run `griddepcontrol.wait` before it reads what earlier work on the
+/// stream wrote or writes anything (sm90.cuh, pdl_*).
+unsafe fn launch_programmatic(
+    func: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: u32,
+    dyn_smem: u32,
+    stream: sys::CUstream,
+    args: &mut [*mut c_void],
+) -> std::result::Result<(), cudarc::driver::DriverError> {
+    // SAFETY: plain C structs; all-zero is a valid value of each (the union's padding included)
+    let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: dyn_smem,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    sys::cuLaunchKernelEx(&config, func, args.as_mut_ptr(), std::ptr::null_mut()).result()
 }
