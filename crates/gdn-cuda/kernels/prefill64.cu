@@ -47,7 +47,13 @@
 // v16 (session 30, results/prefill_s30.md): programmatic dependent launch (sm90.cuh, pdl_*). Every launch of a call
 // after its first may be dispatched while its predecessor runs: the cp passes and the scan find their segment, and a
 // device-plan launch decides it is not the call's, before griddepcontrol.wait; a launch that exits has only block 0
-// wait (so the call still completes in order). Each body waits before it reads the workspace or writes anything.
+// wait (so the call still completes in order). Each body waits before it reads the workspace or writes anything; the
+// device plan's prep never waits (it runs only when the launches before it, the fused tiles, exit). Where a launch
+// lets its successor be dispatched (griddepcontrol.launch_dependents) was measured per route (H200, blind prefill
+// workloads, results/prefill_s30.md): at the top of every kernel, except the device plan's prep when it runs the
+// chunk64 route: there its walk dispatched as the prep's CTAs exit ran the call 4-9 us faster (4x2048 87.4 -> 82.6,
+// prefill_14 91.3 -> 82.6) while the cp route lost 5-6 us the same way; and a fused tile that exits lets the
+// prefill64 launches wait for its exit (prefill.cu v14.2).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math (GDN.md §2), per (sequence, value head h), chunks of C = 64 tokens, chunk-local cumulative log-decay γ:
@@ -457,7 +463,6 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
     if (N <= 0) return;
     // the sequence: the largest i with f(i) <= slot (f strictly increasing, f(0) = 0)
     const i64 seq = warp_last_true(N, [&](i64 i) { return seq_slot(p.cu_seqlens, i) <= slot; });
-    pdl_wait();  // (a call's first launch: a no-op, but the rule holds for every body)
     const i64 start = p.cu_seqlens[seq] + (slot - seq_slot(p.cu_seqlens, seq)) * C;
     const i64 eos = p.cu_seqlens[seq + 1];
     // v13: the chunk64 walk's order, longest sequence first. The CTA of sequence seq's first slot and head 0 (an
@@ -1612,12 +1617,12 @@ __device__ __forceinline__ void dp_items(const Prefill64PlanParams& pp, Body&& b
     gdn_prefill64::dp_items<LAUNCH>(pp, [&](const gdn_prefill64::ItemIdx b) { __VA_ARGS__(q, b); });
 #define GDN_P64_RUN_PREP(...)                                                                          \
     Prefill64Params q = pp.p;                                                                          \
-    pdl_launch_dependents();                                                                           \
     if (!gdn_prefill64::device_plan_runs(pp, gdn_prefill64::PART_PREP, q.seg_chunks)) {               \
+        pdl_launch_dependents();                                                                       \
         pdl_exit();                                                                                    \
         return;                                                                                        \
     }                                                                                                  \
-    pdl_wait();                                                                                        \
+    if (q.seg_chunks > 0) pdl_launch_dependents(); /* (chunk64: the walk dispatched at exit, see v16) */ \
     gdn_prefill64::dp_zero_counters(pp);                                                               \
     __VA_ARGS__(q, gdn_prefill64::GridIdx{});
 #endif

@@ -12,13 +12,16 @@ __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_gen
 // CTAs may be dispatched while its predecessor in the stream still runs: they read cu_seqlens and the call's other
 // inputs (nothing of the call writes them), set up shared memory, decide whether the call is theirs, and then
 //   pdl_wait(): griddepcontrol.wait, until the predecessor grid has completed and its writes are visible. Every CTA
-//               runs it before it reads what an earlier launch wrote or writes anything;
+//               runs it before it reads what an earlier launch wrote or writes anything (a launch that runs only when
+//               every earlier launch of the call exits needs none: the call's first launch, stream-ordered, already
+//               followed the caller's work);
 //   pdl_exit(): a CTA that leaves without touching such memory (a device-plan launch that is not the call's): only
 //               block 0 waits, so that the launch still completes after its predecessor, and so (by induction) after
 //               every earlier launch of the call: the next launch's pdl_wait, and whatever the caller enqueues next,
 //               may rely on all of them;
-//   pdl_launch_dependents(): griddepcontrol.launch_dependents, at the top of every kernel: the successor may be
-//               dispatched once every CTA of this grid has run it (or exited); it orders nothing.
+//   pdl_launch_dependents(): griddepcontrol.launch_dependents, near the top of a kernel: the successor may be
+//               dispatched once every CTA of this grid has run it (or exited); it orders nothing. Where each kernel
+//               runs it was measured per device-plan route (prefill64.cu v16).
 // Without the attribute (a first launch, GDN_PDL=0) the launch is stream-ordered and the three are no-ops.
 // Why: a launch boundary costs ~1.2-1.6 us of the call's span and a device-plan launch that exits ~1.5-2.5 us of kernel
 // time (results/prefill_s29.md); under PDL both overlap the predecessor's run.
