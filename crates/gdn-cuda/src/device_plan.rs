@@ -23,8 +23,11 @@
 //! for one load before it exits (`exit_us`: ~1.1 µs per launch and ~0.4 per wave of them on the H200; since prefill64
 //! v15 the launches after the prep are persistent, one wave of CTAs that loop over their items), so the device plan (with or
 //! without its cp launches) is compared with the host's equal-length plan under a prior over the longest length:
-//! half on equal lengths, half spread over ceil(T/N)..T (`prior`). Tests force one route (`DeviceRoute`) to run
-//! every launch's exit path and every mode.
+//! half on equal lengths, half spread over ceil(T/N)..T (`prior`). Since session 30 the launches after the call's first
+//! use programmatic dependent launch (launch.rs): an exiting launch's CTAs are dispatched while the running one works
+//! and only its block 0 waits, ~1 µs per launch of span after a fused tile (results/prefill_s30.md). `exit_us` still
+//! holds the stream-ordered costs it was fitted on (conservative for the device plan; not refitted). Tests force one
+//! route (`DeviceRoute`) to run every launch's exit path and every mode.
 
 use crate::cost;
 use crate::policy::{self, Choice, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
