@@ -708,8 +708,10 @@ impl KernelSet {
                 // walk's griddepcontrol.wait under programmatic dependent launch)
                 let params = args.params64();
                 let p = &params as *const Prefill64Params as *mut c_void;
-                self.launch(prep, p, stream)?;
-                self.launch_grid(walk, walk.grid, p, stream, false, self.pdl)?;
+                let mut first = true;
+                for c in [prep, walk] {
+                    self.launch_grid(c, c.grid, p, stream, false, &mut first)?;
+                }
             }
             PrefillPlan::ContextParallel {
                 prep,
@@ -724,9 +726,9 @@ impl KernelSet {
                 params.seg_chunks = i32::try_from(*seg_chunks)
                     .map_err(|_| bad("cu_seqlens", "segment length does not fit i32"))?;
                 let p = &params as *const Prefill64Params as *mut c_void;
-                self.launch(prep, p, stream)?;
-                for c in [pass1, scan, pass3] {
-                    self.launch_grid(c, c.grid, p, stream, false, self.pdl)?;
+                let mut first = true;
+                for c in [prep, pass1, scan, pass3] {
+                    self.launch_grid(c, c.grid, p, stream, false, &mut first)?;
                 }
             }
             PrefillPlan::Device {
@@ -751,7 +753,6 @@ impl KernelSet {
                 // (the device plan's builds of the kernels: registry::device_plan_module)
                 // the fused tiles: [0, tile_from) and [tile_from, run_from) (an empty range: never, run_below -1)
                 let tile_from = th.tile_from.min(th.run_from);
-                // every launch after the call's first: programmatic dependent launch (sm90.cuh, pdl_*)
                 let mut first = true;
                 for (f, from, below) in
                     [(fused, 0, tile_from), (fused_skew, tile_from, th.run_from)]
@@ -763,8 +764,7 @@ impl KernelSet {
                             run_from: tokens(from),
                         };
                         let p = &params as *const PrefillPlanParams as *mut c_void;
-                        self.launch_grid(f, f.grid, p, stream, true, self.pdl && !first)?;
-                        first = false;
+                        self.launch_grid(f, f.grid, p, stream, true, &mut first)?;
                     }
                 }
                 // the prefill64 launches in `Prefill64PlanParams::vgrid` order; those after the prep are persistent
@@ -805,8 +805,7 @@ impl KernelSet {
                 let sms = self.caps.sm_count as u64;
                 for c in launches.into_iter().flatten() {
                     let ctas = device_plan::launched_ctas(c, sms) as u32; // (<= the grid: it fits)
-                    self.launch_grid(c, (ctas, 1, 1), p, stream, true, self.pdl && !first)?;
-                    first = false;
+                    self.launch_grid(c, (ctas, 1, 1), p, stream, true, &mut first)?;
                 }
             }
         }
@@ -820,14 +819,15 @@ impl KernelSet {
         params: *mut c_void,
         stream: sys::CUstream,
     ) -> Result<()> {
-        self.launch_grid(choice, choice.grid, params, stream, false, false)
+        self.launch_grid(choice, choice.grid, params, stream, false, &mut true)
     }
 
-    /// `launch` with another grid than the choice's (the device plan's persistent launches), from the device plan's
-    /// build of the variant's module when `device_plan` (its params struct: the `…PlanParams` of params.rs), and with
-    /// programmatic dependent launch when `pdl`: the launch's CTAs may start while the previous kernel on the stream
-    /// runs, and wait for it in the kernel (sm90.cuh, pdl_*). Only a call's launches after its first set it: the
-    /// first follows the caller's work, which gives no such wait.
+    /// `launch` as the next launch of a call, with another grid than the choice's (the device plan's persistent
+    /// launches), from the device plan's build of the variant's module when `device_plan` (its params struct: the
+    /// `…PlanParams` of params.rs). The call's first launch (`*first`, cleared once a kernel is launched) is
+    /// stream-ordered: it follows the caller's work, which gives no signal to wait for. Every later one uses
+    /// programmatic dependent launch (unless `GDN_PDL=0`): its CTAs may start while the previous kernel runs, and wait
+    /// for it in the kernel (sm90.cuh, pdl_*).
     unsafe fn launch_grid(
         &self,
         choice: &Choice,
@@ -835,11 +835,12 @@ impl KernelSet {
         params: *mut c_void,
         stream: sys::CUstream,
         device_plan: bool,
-        pdl: bool,
+        first: &mut bool,
     ) -> Result<()> {
         if choice.is_empty() {
             return Ok(());
         }
+        let pdl = self.pdl && !*first;
         let k = if device_plan {
             self.device_plan_kernel(choice.variant)?
         } else {
@@ -865,11 +866,20 @@ impl KernelSet {
                 &mut args,
             )
         };
+        *first = false;
         launched.map_err(|e| {
             backend_err(drv(
                 &format!(
-                    "launching {} grid {:?} block {} smem {}",
-                    k.variant.name, grid, choice.block, choice.dyn_smem
+                    "launching {} grid {:?} block {} smem {}{}",
+                    k.variant.name,
+                    grid,
+                    choice.block,
+                    choice.dyn_smem,
+                    if pdl {
+                        " (programmatic dependent launch; GDN_PDL=0 turns it off)"
+                    } else {
+                        ""
+                    }
                 ),
                 e,
             ))
