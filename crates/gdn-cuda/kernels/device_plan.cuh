@@ -50,6 +50,5 @@ __device__ __forceinline__ i64 seq_len_bound(const i64* cu, i64 n) {
 }
 // The device plan's longest sequence.
 __device__ __forceinline__ i64 longest_seq(const i64* cu, i64 n) { return seq_len_bound<true>(cu, n); }
-// The shortest: prefill.cu's longest-first kernels keep batch order when it equals the longest (session 26; the loads
-// repeat longest_seq's: L1 hits).
-__device__ __forceinline__ i64 shortest_seq(const i64* cu, i64 n) { return seq_len_bound<false>(cu, n); }
+// (Sessions 26-30 also read the shortest, for prefill.cu's longest-first kernels to run the plain body on equal
+// lengths; since v14.3 (session 31) their ranking notices equal lengths itself.)

@@ -81,6 +81,11 @@
 //                     dispatched as its CTAs leave: H200, blind, the calls the prefill64 launches run 4-10 us faster,
 //                     prefill_15 151.2 -> 141.2, prefill_06 100.4 -> 91.1) and waits only in block 0. The default
 //                     build is unchanged (a host plan's fused call is one launch).
+//     v14.3 (session 31): the device plan's build compiles one body per kernel. Its longest-first and split kernels used
+//                     to read the shortest length too and run the plain body when it equalled the longest; now lf_rank
+//                     skips its counting on equal lengths (the rank is then the index) and the body stays longest-first.
+//                     H200, blind, three runs each: prefill sums 3954 -> 3941 us (mix 2812 -> 2799), 32x256 60.8 ->
+//                     60.3 us, 64x1024 296.7 -> 299.4 (results/prefill_s31.md). The default build is unchanged.
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -550,16 +555,38 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
         // them, four keys per 16-byte broadcast load. A first form took each key from a shuffle, N dependent-latency
         // steps: ~2.5 us per wave of CTAs at N = 64 (H200 harness, 64x1024 bv128: 289.1 us plain, 299.5 ranked,
         // 297.9 ranked but run in batch order, 289.3 with the offsets broadcast and no ranking).
+#ifdef GDN_DEVICE_PLAN
+        // v14.3 (session 31), the device plan's build: when every length is equal the keys differ only by the index, so
+        // the rank is the index and the counting is skipped (the host plan sends equal lengths to the plain kernels)
+        bool equal;
+        {
+            i64 lo = (i64)0x7fffffffffffffffLL, hi = 0;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) keys[lane + 32 * q] = key[q];
-        __syncwarp();
-        const uint4* k4 = reinterpret_cast<const uint4*>(keys);
+            for (int q = 0; q < 4; ++q) {
+                if (lane + 32 * q < nn) {
+                    lo = min(lo, e[q] - b[q]);
+                    hi = max(hi, e[q] - b[q]);
+                }
+            }
+            equal = warp_bound<false>(lo) == warp_bound<true>(hi);
+        }
+        if (equal) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) rank[q] = lane + 32 * q;
+        } else
+#endif
+        {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) keys[lane + 32 * q] = key[q];
+            __syncwarp();
+            const uint4* k4 = reinterpret_cast<const uint4*>(keys);
 #pragma unroll 4
-        for (int j = 0; j < (nn + 3) >> 2; ++j) {
-            const uint4 kk = k4[j];
+            for (int j = 0; j < (nn + 3) >> 2; ++j) {
+                const uint4 kk = k4[j];
 #pragma unroll
-            for (int q = 0; q < 4; ++q)
-                rank[q] += (int)(kk.x > key[q]) + (int)(kk.y > key[q]) + (int)(kk.z > key[q]) + (int)(kk.w > key[q]);
+                for (int q = 0; q < 4; ++q)
+                    rank[q] += (int)(kk.x > key[q]) + (int)(kk.y > key[q]) + (int)(kk.z > key[q]) + (int)(kk.w > key[q]);
+            }
         }
         // the lane and slot q holding rank r (exactly one: the ranks of the n sequences are a permutation of 0..n-1)
         int src = 0, qh = 0;
@@ -1471,25 +1498,29 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, gdn_prefill::lf_body(NW, LF)>(p); \
     }
 #else  // the device plan's build: exit unless run_from <= the longest sequence < run_below (nothing written yet)
-// (v13.1: a longest-first kernel whose call has equal lengths runs the plain body: batch order is the rank order there,
-// and session 26 measured the device plan's longest-first bv128 at 64x1024 +11 us over the plain one)
+// (v14.3, session 31: one body per kernel. Sessions 26-30 ran the plain body in a longest-first kernel when the call's
+// lengths were equal, which cost every call of those kernels more than the ranking it skipped; lf_rank now skips the
+// ranking on equal lengths instead)
+namespace gdn_prefill {
+// Whether this launch runs the call (device_plan.cuh); one that does not leaves here (pdl_exit).
+__device__ __forceinline__ bool device_plan_runs(const PrefillPlanParams& pp) {
+    const i64 longest = pp.run_below < 0 ? 0 : longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);
+    if (pp.run_below < 0 || longest >= pp.run_below || longest < pp.run_from) {
+        pdl_exit();
+        return false;
+    }
+    pdl_launch_dependents();
+    return true;
+}
+}  // namespace gdn_prefill
 #define GDN_PREFILL_KERNEL(NAME, NW, BF16, LF)                                                           \
     extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), GDN_MINB)        \
         NAME(const PrefillPlanParams pp) {                                                               \
-        const i64 longest = pp.run_below < 0 ? 0 : longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);         \
-        if (pp.run_below < 0 || longest >= pp.run_below || longest < pp.run_from) {                      \
-            pdl_exit();                                                                                  \
-            return;                                                                                      \
-        }                                                                                                \
-        pdl_launch_dependents();                                                                         \
-        if (gdn_prefill::lf_body(NW, LF) && shortest_seq(pp.p.cu_seqlens, pp.p.num_seqs) == longest)     \
-            gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, false>(pp.p);         \
-        else                                                                                             \
+        if (gdn_prefill::device_plan_runs(pp))                                                           \
             gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, gdn_prefill::lf_body(NW, LF)>(pp.p); \
     }
 #endif
-// v14 (session 28): the split kernels (bv128, longest first; grid (N + min(N, 16))·HV; see SPLIT_MIN_TOKENS). Under the
-// device plan a call of equal lengths runs the plain body on the first N·HV CTAs (the rest exit).
+// v14 (session 28): the split kernels (bv128, longest first; grid (N + min(N, 16))·HV; see SPLIT_MIN_TOKENS).
 #ifndef GDN_DEVICE_PLAN
 #define GDN_PREFILL_SPLIT_KERNEL(NAME, BF16)                                                             \
     extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<128>(), GDN_MINB)            \
@@ -1500,18 +1531,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 #define GDN_PREFILL_SPLIT_KERNEL(NAME, BF16)                                                             \
     extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<128>(), GDN_MINB)            \
         NAME(const PrefillPlanParams pp) {                                                               \
-        const i64 longest = pp.run_below < 0 ? 0 : longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);         \
-        if (pp.run_below < 0 || longest >= pp.run_below || longest < pp.run_from) {                      \
-            pdl_exit();                                                                                  \
-            return;                                                                                      \
-        }                                                                                                \
-        pdl_launch_dependents();                                                                         \
-        if (shortest_seq(pp.p.cu_seqlens, pp.p.num_seqs) == longest) {                                   \
-            if ((i64)(blockIdx.x / pp.p.num_v_heads) >= pp.p.num_seqs) return;                           \
-            gdn_prefill::prefill_body<8, gdn_prefill::producers<128>(), BF16, false>(pp.p);              \
-        } else {                                                                                         \
+        if (gdn_prefill::device_plan_runs(pp))                                                           \
             gdn_prefill::prefill_body<8, gdn_prefill::producers<128>(), BF16, true, true>(pp.p);         \
-        }                                                                                                \
     }
 #endif
 GDN_PREFILL_KERNEL(gdn_prefill_f32_bv16, 1, false, false)
