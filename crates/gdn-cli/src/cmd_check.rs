@@ -215,8 +215,8 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
         &many,
         format!("prefill 57 seqs, {} tokens", many.iter().sum::<usize>()),
     ));
-    // equal lengths: the device plan's longest-first kernels skip their ranking there (prefill.cu v14.3)
-    let (n_eq, len_eq) = if quick { (12, 48) } else { (48, 160) };
+    // equal lengths: the device plan for 32x256 runs its split kernel, whose ranking notices them (prefill.cu v14.3)
+    let (n_eq, len_eq) = if quick { (12, 48) } else { (32, 256) };
     v.push(norm(
         &vec![len_eq; n_eq],
         format!("prefill {n_eq}x{len_eq} (equal lengths)"),
