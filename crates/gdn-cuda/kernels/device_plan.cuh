@@ -32,23 +32,20 @@ __device__ __forceinline__ i64 warp_bound(i64 m) {
     return (i64)(((u64)hi << 32) | lo);
 }
 
-// max (LONGEST) or min over i < n of cu[i + 1] − cu[i] (n <= DEVICE_PLAN_MAX_N; 0 when n <= 0). Whole warps call it; the
-// result is warp-uniform and comes from redux.sync, so ptxas keeps what derives from it on the uniform datapath.
-template <bool LONGEST>
-__device__ __forceinline__ i64 seq_len_bound(const i64* cu, i64 n) {
+// The device plan's longest sequence: max over i < n of cu[i + 1] − cu[i] (n <= DEVICE_PLAN_MAX_N; 0 when n <= 0). Whole
+// warps call it; the result is warp-uniform and comes from redux.sync, so ptxas keeps what derives from it on the
+// uniform datapath. (Sessions 26-30 also read the shortest, for prefill.cu's longest-first kernels to run the plain
+// body on equal lengths; since v14.3 (session 31) their ranking notices equal lengths itself.)
+__device__ __forceinline__ i64 longest_seq(const i64* cu, i64 n) {
     const int lane = threadIdx.x & 31;
-    i64 m = LONGEST || n <= 0 ? 0 : (i64)0x7fffffffffffffffLL;
+    i64 m = 0;
 #pragma unroll
     for (int r = 0; r < DEVICE_PLAN_MAX_N / 32; ++r) {
         const i64 i = (i64)r * 32 + lane;
         if (i < n) {
             const i64 len = cu[i + 1] - cu[i];
-            m = (LONGEST ? len > m : len < m) ? len : m;
+            m = len > m ? len : m;
         }
     }
-    return warp_bound<LONGEST>(m);
+    return warp_bound<true>(m);
 }
-// The device plan's longest sequence.
-__device__ __forceinline__ i64 longest_seq(const i64* cu, i64 n) { return seq_len_bound<true>(cu, n); }
-// (Sessions 26-30 also read the shortest, for prefill.cu's longest-first kernels to run the plain body on equal
-// lengths; since v14.3 (session 31) their ranking notices equal lengths itself.)
