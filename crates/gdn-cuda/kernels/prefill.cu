@@ -86,6 +86,16 @@
 //                     skips its counting on equal lengths (the rank is then the index) and the body stays longest-first.
 //                     H200, blind, three runs each: prefill sums 3954 -> 3941 us (mix 2812 -> 2799), 32x256 60.8 ->
 //                     60.3 us, 64x1024 296.7 -> 299.4 (results/prefill_s31.md). The default build is unchanged.
+//     v14.4 (session 32; bv32, bv64, bv128): the first loads are staged (staged_start below). A call of these tiles
+//                     starts a wave of CTAs together, and every walker's first act was to load its state (64 KB per bv128
+//                     CTA, 8.4 MB per wave): the producers' cu_seqlens and first-chunk loads queued behind that burst
+//                     (trace, 32x256 bv128, L2 flushed: cu_seqlens consumed 3.1 us after CTA entry, walker 0's first
+//                     chunk ready at 6.4). Now the walkers load the state once every producer has issued its first
+//                     chunk's loads (named barrier START_BAR), and each producer issues its second chunk's loads after
+//                     its first chunk's math instead of before: cu_seqlens 1.1 us, first-wave fill 8.5 -> 5.3 us.
+//                     H200, hinted, two rounds on each of two machines: prefill sums -19..-24 us (3741 -> 3717), 32x256
+//                     50.9 -> 49.0 us, 30 mixed 52.0 -> 50.0, 64x1024 ~-2, bv32 mix calls -0.5; bv16 unchanged (its
+//                     calls start few CTAs; staging it cost 1x128 +0.1-0.2 us) (results/prefill_s32.md).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
@@ -280,6 +290,12 @@ template <int BV> __host__ __device__ constexpr int block_threads() {
     return 32 * (walker_warps<BV>() + producers<BV>() + idle_warps<BV>());
 }
 template <int NP> __host__ __device__ constexpr int ring_depth() { return 2 * NP + 1; }
+// v14.4: whether a tile stages its first loads (the producers' first chunks before the walkers' states; each
+// producer's second chunk after its first chunk's math): the tiles whose calls start a wave of CTAs at once, where
+// those loads compete for DRAM. Not bv16 (KSPLIT), whose calls start few CTAs and whose walkers need the second chunk
+// soon. START_BAR: the named barrier of the hand-off (bv16's Z exchanges use 1..NW).
+template <int BV> __host__ __device__ constexpr bool staged_start() { return BV >= 32 && walk_scheme<BV>() != WALK_KSPLIT; }
+constexpr int START_BAR = 15;
 // Hand-off from the state walker(s) of a row group to its output walker, per ring slot: Vn (f32, 8 per lane in mma
 // C-fragment order; KSPLIT: n-tile kh written by state walker kh) then (KSPLIT) bf16(Sᵀ) as the A fragments of the 8
 // k-steps (16 B per lane and step; steps 4kh..4kh+3 written by state walker kh), exactly the operands Z used.
@@ -966,7 +982,7 @@ __device__ __forceinline__ void store_state(const PrefillParams& p, const float 
 template <int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned char* smem, unsigned char* wstage,
                                               u32 full0, u32 empty0, i64 seq, int h, int v0, int lane, int warp,
-                                              i64 bos, i64 eos, i64 len, int nch) {
+                                              i64 bos, i64 eos, i64 len, int nch, int start_threads) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
     using SL = Slot<BV>;
@@ -976,6 +992,7 @@ __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned c
     const WalkerLanes l = walker_lanes<BV>(lane, warp);
     float S[16][4];  // Sᵀ[v][k]: tile nt = k 8nt..8nt+7
     const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
+    if (staged_start<BV>()) named_bar_sync(START_BAR, start_threads);  // v14.4: after the producers' first loads
     load_state<16, BF16STATE>(p, S, sbase, 0, lane, p.state != nullptr && len > 0);
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c % R) * SL::BYTES;
@@ -1037,7 +1054,8 @@ __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned c
 template <int ROLE, int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
                                               unsigned char* wstage, u32 full0, u32 empty0, u32 vn0, i64 seq, int h,
-                                              int v0, int lane, int warp, i64 bos, i64 eos, i64 len, int nch) {
+                                              int v0, int lane, int warp, i64 bos, i64 eos, i64 len, int nch,
+                                              int start_threads) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
     using SL = Slot<BV>;
@@ -1048,6 +1066,7 @@ __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned c
     const WalkerLanes l = walker_lanes<BV>(lane, wv);
     float S[16][4];
     const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
+    if (staged_start<BV>()) named_bar_sync(START_BAR, start_threads);  // v14.4: after the producers' first loads
     load_state<16, BF16STATE>(p, S, sbase, 0, lane, p.state != nullptr && len > 0);
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c % R) * SL::BYTES;
@@ -1401,6 +1420,10 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 #endif
     const i64 len = eos > bos ? eos - bos : 0;
     const int nch = (int)((len + C - 1) / C);
+    // v14.4 (staged_start): the threads of the start barrier — every producer, and every walker that holds a state
+    // (SINGLE: the walking walkers, 4 in a split half CTA; MIRROR: both roles)
+    int start_threads = 32 * (NP + (SCHEME == WALK_MIRROR ? 2 * NW : NW));
+    if constexpr (SPLIT) start_threads = 32 * (NP + (lfv[3] >= 0 ? NW / 2 : NW));
 
     if (warp >= NWK) {
         // =============================== producer
@@ -1419,6 +1442,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         if (pw < nch && !spec_ok) load_chunk<BV>(p, smem + (pw % R) * SL::BYTES, bos + (i64)pw * C, eos, hq, h, v0, lane);
         GDN_TR(pw == 0, 3, clock64());
         cp_async_commit();
+        if (staged_start<BV>()) named_bar_arrive(START_BAR, start_threads);  // v14.4: the walkers may load their states
         long long acc_empty = 0, acc_land = 0, acc_math = 0;
         (void)acc_empty; (void)acc_land; (void)acc_math;
         GDN_CLK(loop0);
@@ -1427,7 +1451,8 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
             // overlap a whole computation. Its slot held chunk jn − R = j − NP − 1: wait until the walkers
             // released it (phase (jn / R) − 1 of EMPTY[jn % R]).
             const int jn = j + NP;
-            if (jn < nch) {
+            const bool late = staged_start<BV>() && j == pw;  // v14.4: the first iteration loads jn after chunk j's math
+            if (jn < nch && !late) {
                 GDN_CLK(e0);
                 if (jn >= R) mbar_wait(empty0 + 8 * (jn % R), (u32)((jn / R) - 1) & 1u);
                 GDN_ACC(acc_empty, e0);
@@ -1453,6 +1478,10 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 #endif
             GDN_ACC(acc_math, m0);
             mbar_arrive(full0 + 8 * (j % R));  // every lane: its copies and stores happen-before the walkers' reads
+            if (late && jn < nch) {  // (jn < R: its slot has not been used yet)
+                load_chunk<BV>(p, smem + (jn % R) * SL::BYTES, bos + (i64)jn * C, eos, hq, h, v0, lane);
+                cp_async_commit();  // (the next iteration's wait<1> leaves only its own chunk's group in flight)
+            }
             GDN_TR(pw == 0 && j < 2 * NP, 5 + 2 * (j / NP), clock64());
         }
         GDN_TR3(pw == 0, 5, acc_empty);
@@ -1465,14 +1494,15 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
 
     // =============================== walkers: value rows [vw, vw + 16) per 16-row group (see the walker functions)
     if constexpr (SCHEME == WALK_SINGLE)
-        single_walker<NW, NP, BF16STATE>(p, smem, wstage, full0, empty0, seq, h, v0, lane, wv, bos, eos, len, nch);
+        single_walker<NW, NP, BF16STATE>(p, smem, wstage, full0, empty0, seq, h, v0, lane, wv, bos, eos, len, nch,
+                                         start_threads);
     else if constexpr (SCHEME == WALK_MIRROR) {
         if (warp >= NW)
             mirror_walker<2, NW, NP, BF16STATE>(p, smem, hring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos,
-                                                len, nch);
+                                                len, nch, start_threads);
         else
             mirror_walker<1, NW, NP, BF16STATE>(p, smem, hring, wstage, full0, empty0, vn0, seq, h, v0, lane, warp, bos, eos,
-                                                len, nch);
+                                                len, nch, start_threads);
     } else if (warp >= 2 * NW)
         ksplit_output_walker<NW, NP>(p, smem, hring, wstage, full0, empty0, vn0, sready0, h, v0, lane, warp, bos, eos, nch);
     else

@@ -50,6 +50,15 @@ __device__ __forceinline__ float rcp_ftz(float x) {
 }
 __device__ __forceinline__ float exp_ftz(float x) { return ex2_ftz(x * 1.4426950408889634f); }
 
+// Named barrier `id` (1..15; 0 is __syncthreads) over `count` threads (a multiple of 32): arrive without waiting, or
+// arrive and wait. Whole warps call them.
+__device__ __forceinline__ void named_bar_arrive(int id, int count) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 // ldmatrix x4 (and transposed), into four registers or an array of four.
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

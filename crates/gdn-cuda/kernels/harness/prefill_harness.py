@@ -539,7 +539,7 @@ def trace(mods):
     call — `cold` (L2 flushed first: data and code from DRAM, as `time` measures), `code-warm` (L2 flushed, then
     the same kernel on another small input, then the call: code in L2 and the SMs' caches, data cold) and `warm`
     (the call twice, no flush). Prints event times (ns from CTA entry) for CTA 0 and the median over CTAs."""
-    m = Module(None, defines=("GDN_TRACE",))
+    m = Module(None, defines=("GDN_TRACE",), src_path=os.environ.get("TRACE_SRC") or None)  # TRACE_SRC: as ALT_SRC
     dptr, size = _ok(cu.cuModuleGetGlobal(m.module, b"gdn_trace"), "gdn_trace")
     dptr2, size2 = _ok(cu.cuModuleGetGlobal(m.module, b"gdn_trace2"), "gdn_trace2")
     global _flush
@@ -548,6 +548,14 @@ def trace(mods):
     mix = json.load(open(os.path.join(HERE, "contest_mix.json")))
     cfgs = [("1x16", [16], (16, 32)), ("1x64", [64], (16,)), ("1x128", [128], (16,)), ("1x1024", [1024], (16, 64)),
             ("n19_t277", mix["prefill_18_n19_t277"], (64, 128)), ("n11_t372", mix["prefill_98_n11_t372"], (128,))]
+    # TRACE_CFGS=NxLEN:BV[,...] (e.g. 32x256:128) replaces the list; TRACE_MODES=cold[,warm,...] the modes
+    if os.environ.get("TRACE_CFGS"):
+        cfgs = []
+        for item in os.environ["TRACE_CFGS"].split(","):
+            shape, bv_ = item.split(":")
+            n_, l_ = (int(x) for x in shape.split("x"))
+            cfgs.append((shape, [l_] * n_, (int(bv_),)))
+    modes = tuple(os.environ.get("TRACE_MODES", "cold,code-warm,warm").split(","))
     dummy = bench_inputs([16], seed=7)
     dout = torch.empty(16, 8, 128, dtype=torch.bfloat16, device=dev)
     dns = torch.empty(1, 8, 128, 128, dtype=torch.float32, device=dev)
@@ -555,7 +563,7 @@ def trace(mods):
         inp, out, ns = bench_case(lens)
         N = len(lens)
         for bv in bvs:
-            for mode in ("cold", "code-warm", "warm"):
+            for mode in modes:
                 rows = []
                 for rep in range(5):
                     torch.cuda.synchronize()
@@ -583,7 +591,32 @@ def trace(mods):
                        "cta0_ns": {EV[e]: statistics.median(rel(r, e)[0] for r in rows) for e in range(2, 15)},
                        "median_ns": {EV[e]: statistics.median(statistics.median([x for x in rel(r, e) if x == x] or [float("nan")])
                                                           for r in rows) for e in range(2, 15)}}
+                # waves (CTAs ordered by entry; the first gridDim-limited wave starts together): per CTA, from its
+                # entry: walker 0's first FULL (fill), its last chunk walked, its exit; and the gap from the
+                # earliest exit to each later-wave entry (the SM's turnaround)
+                waves = []
+                for r in rows:
+                    t0 = float(r[:, 0].min())
+                    ent = [(float(x[0]) - t0, (float(x[8]) - float(x[1])) / ghz, (float(x[12]) - float(x[1])) / ghz,
+                            float(x[15]) - t0) for x in r if x[0] and x[15]]
+                    ent.sort()
+                    exits = sorted(e[3] for e in ent)
+                    w1 = [e for e in ent if e[0] < exits[0]]
+                    w2 = [e for e in ent if e[0] >= exits[0]]
+                    waves.append({"n_wave1": len(w1), "n_later": len(w2),
+                                  "wave1_fill_ns": statistics.median(e[1] for e in w1),
+                                  "wave1_walked_ns": statistics.median(e[2] for e in w1),
+                                  "wave1_exit_ns": statistics.median(e[3] - e[0] for e in w1),
+                                  "wave1_last_exit_ns": max(e[3] for e in w1),
+                                  "later_entry_first_ns": min((e[0] for e in w2), default=float("nan")),
+                                  "later_fill_ns": statistics.median([e[1] for e in w2] or [float("nan")]),
+                                  "later_exit_ns": statistics.median([e[3] - e[0] for e in w2] or [float("nan")]),
+                                  "later_turnaround_ns": statistics.median(
+                                      [e[0] - exits[i] for i, e in enumerate(w2) if i < len(exits)] or [float("nan")]),
+                                  "last_exit_ns": exits[-1]})
+                rec["waves"] = {k: statistics.median(w[k] for w in waves) for k in waves[0]}
                 RES.setdefault("traces", []).append(rec)
+                log(f"{'':>34} waves " + " ".join(f"{k} {v:.0f}" for k, v in rec["waves"].items()))
                 log(f"trace {cname:<9} bv{bv:<3} {mode:<9} span {statistics.median(span):7.0f} ns dispatch {statistics.median(disp):6.0f} "
                     f"ghz {ghz:.2f} | cta0 " + " ".join(f"{k} {v:.0f}" for k, v in rec["cta0_ns"].items() if v == v))
                 log(f"{'':>34} median " + " ".join(f"{k} {v:.0f}" for k, v in rec["median_ns"].items() if v == v))
