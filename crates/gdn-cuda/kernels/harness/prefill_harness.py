@@ -132,6 +132,9 @@ class Module:
         if src_path:  # another version of prefill.cu (ALT_SRC), e.g. the previous commit's, for an A/B in one process
             src = open(src_path).read()
             self.tag += f"[alt:{os.path.basename(src_path)}]"
+        # a source that defines GDN_PERSIST first (session 32's experiment) runs bv64/bv128 as persistent CTAs: launch
+        # at most one wave of them (one CTA per SM)
+        self.persist = src.startswith("#define GDN_PERSIST")
         opts = [b"-arch=sm_90a", b"-std=c++17"] + ([f"-DGDN_NP={np_}".encode()] if np_ else []) + \
             [f"-D{d}".encode() for d in defines] + [f"-I{d}".encode() for d in include_dirs()]
         if "prof" in ARGS:
@@ -177,6 +180,8 @@ class Module:
         grid = N * HV * (128 // bv)
         if grid == 0:
             return
+        if self.persist and bv >= 64:
+            grid = min(grid, torch.cuda.get_device_properties(dev).multi_processor_count)
         block, smem = self.launch_tab[bv]
         stream = torch.cuda.current_stream().cuda_stream
         err, = cu.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, smem,
