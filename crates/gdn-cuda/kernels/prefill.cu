@@ -93,9 +93,10 @@
 //                     chunk ready at 6.4). Now the walkers load the state once every producer has issued its first
 //                     chunk's loads (named barrier START_BAR), and each producer issues its second chunk's loads after
 //                     its first chunk's math instead of before: cu_seqlens 1.1 us, first-wave fill 8.5 -> 5.3 us.
-//                     H200, hinted, two rounds on each of two machines: prefill sums -19..-24 us (3741 -> 3717), 32x256
-//                     50.9 -> 49.0 us, 30 mixed 52.0 -> 50.0, 64x1024 ~-2, bv32 mix calls -0.5; bv16 unchanged (its
-//                     calls start few CTAs; staging it cost 1x128 +0.1-0.2 us) (results/prefill_s32.md).
+//                     H200, one machine, base -> this, two interleaved rounds: prefill sums 3741 -> 3716 us hinted,
+//                     3925 -> 3892 blind; 32x256 50.8 -> 48.6 (blind 59.9 -> 57.9), 30 mixed 51.8 -> 49.9, 64x1024
+//                     287 -> 285; bv32 mix calls -0.5 (another machine). bv16 is unchanged, SASS identical: its calls
+//                     start few CTAs, and staging it cost 1x128 +0.1-0.2 us (results/prefill_s32.md).
 //     warps after the walkers: "producers": producer p prepares chunks p, p+NP, ... (cp.async loads of K, Q, V,
 //                     gates, K Kᵀ and Q Kᵀ on tensor cores, T by fp32 forward substitution; v5: no W, the
 //                     T tiles go out transposed as 16-byte stores) into a ring of R = 2·NP + 1 shared-memory slots. Per iteration (chunk j) a
