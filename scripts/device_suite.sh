@@ -7,7 +7,8 @@
 #   1. env       nvidia-smi, the CUDA libraries the loader sees
 #   2. kernels   gdn kernels --arch sm_90a --policy      (NVRTC compile of every variant, resources)
 #   3. smoke     gdn-cuda-smoke                           (runtime self-test: loading, test kernel, tiers)
-#   4. check     gdn check --backend cuda                 (full correctness sweep vs the float64 reference)
+#   4. check     gdn check --backend cuda                 (full correctness sweep vs the float64 reference; with
+#                the 65,536-token stability case, 2,048 sequences and the 64-bit offset case, ~35 GB of GPU memory)
 #   5. bench     gdn bench --backend cuda                 (correctness, then the timing tiers + copy floor)
 #   5b. blind    gdn bench --backend cuda --op prefill --no-length-hint   (the plans a caller that knows only
 #                T and N gets: no longest-sequence hint)
@@ -76,7 +77,7 @@ if has smoke; then
         echo "smoke      skipped: $SMOKE not carried" >>"$SUMMARY"; fi
 fi
 # shellcheck disable=SC2086
-has check && step check "${T_CHECK:-240}" "$GDN" check --backend cuda --json "$OUT/check.json" $CHECK_ARGS
+has check && step check "${T_CHECK:-420}" "$GDN" check --backend cuda --json "$OUT/check.json" $CHECK_ARGS
 # shellcheck disable=SC2086
 has bench && step bench "${T_BENCH:-300}" "$GDN" bench --backend cuda --json "$OUT/bench.json" $BENCH_ARGS
 # shellcheck disable=SC2086

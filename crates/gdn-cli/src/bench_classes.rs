@@ -140,6 +140,55 @@ pub fn prefill_anchors(h: Heads, sc: &Scope) -> Class {
     }
 }
 
+/// `--seq-lens`: comma-separated prefill lengths, `NxL` for N sequences of L tokens (e.g. `1048576` or
+/// `64x1024,3x77`).
+pub fn parse_seq_lens(s: &str) -> Result<Vec<usize>, String> {
+    let mut lens = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let (n, l) = part.split_once('x').unwrap_or(("1", part));
+        let num = |x: &str| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|e| format!("--seq-lens: '{part}': {e}"))
+        };
+        let (n, l) = (num(n)?, num(l)?);
+        lens.extend(std::iter::repeat_n(l, n));
+    }
+    if lens.is_empty() {
+        return Err("--seq-lens: no sequences".into());
+    }
+    Ok(lens)
+}
+
+/// One prefill configuration of the caller's lengths (`--seq-lens`), checked on the anchors' stand-in (a
+/// configuration of millions of tokens is too large for the float64 reference; `gdn check` covers those sizes).
+pub fn prefill_custom(h: Heads, lens: &[usize]) -> Class {
+    let tokens: usize = lens.iter().sum();
+    let name = if lens.iter().all(|&l| l == lens[0]) {
+        format!("{}x{}", lens.len(), lens[0])
+    } else {
+        format!("{} seqs, {tokens} tokens", lens.len())
+    };
+    let anchors = prefill_anchors(
+        h,
+        &Scope {
+            cpu: false,
+            full: true,
+            quick: true,
+            seed: 0,
+        },
+    );
+    Class {
+        name: "prefill custom",
+        op: Op::Prefill,
+        mix: false,
+        items: vec![(labelled(WorkloadSpec::prefill(h, lens), name, true), 1)],
+        check: anchors.check,
+        check_note: anchors.check_note,
+        skipped: vec![],
+    }
+}
+
 pub fn prefill_mix(h: Heads, sc: &Scope) -> Class {
     let mut specs: Vec<WorkloadSpec> = contest_prefill_mix(h, sc.seed)
         .into_iter()

@@ -48,6 +48,11 @@ pub struct Args {
     /// path of a caller that knows only T and N.
     #[arg(long)]
     no_length_hint: bool,
+    /// Prefill: bench this one configuration instead of the anchors and the mix; comma-separated lengths, `NxL`
+    /// for N sequences of L tokens (e.g. `1048576`, `64x1024,3x77`). Correctness is checked on the anchors'
+    /// stand-in.
+    #[arg(long)]
+    seq_lens: Option<String>,
 }
 
 /// Statistics of one tier of one workload, with its roofline numbers.
@@ -182,13 +187,19 @@ pub fn main(a: Args) -> Result<()> {
         quick: a.quick,
         seed: a.seed,
     };
-    let all = [
-        classes::decode_anchors(heads, &scope),
-        classes::decode_mix(heads, &scope),
-        classes::prefill_anchors(heads, &scope),
-        classes::prefill_mix(heads, &scope),
-        classes::mtp_anchors(heads, &scope),
-    ];
+    let all = match &a.seq_lens {
+        Some(lens) => vec![classes::prefill_custom(
+            heads,
+            &classes::parse_seq_lens(lens).map_err(anyhow::Error::msg)?,
+        )],
+        None => vec![
+            classes::decode_anchors(heads, &scope),
+            classes::decode_mix(heads, &scope),
+            classes::prefill_anchors(heads, &scope),
+            classes::prefill_mix(heads, &scope),
+            classes::mtp_anchors(heads, &scope),
+        ],
+    };
     let todo: Vec<&Class> = all.iter().filter(|c| a.op.includes(c.op)).collect();
     let device = engine.device();
     eprintln!(

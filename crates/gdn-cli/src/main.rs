@@ -6,6 +6,7 @@
 
 mod backend;
 mod bench_classes;
+mod check_offsets;
 mod cmd_bench;
 mod cmd_check;
 mod cmd_gen;

@@ -29,6 +29,7 @@ impl DeviceInfo {
             cc: self.cc,
             sm_count: self.sm_count,
             max_dyn_smem: self.max_dyn_smem,
+            mem_bytes: self.total_mem,
         }
     }
 

@@ -25,7 +25,7 @@
 //!     the v7 walk (session 14) that happens on many medium sequences (6 of the mix's 25 long workloads,
 //!     3–11% under the best fused tile, results/prefill64_s14.md); and where the fused kernels cannot run:
 //!     an odd HV, when cp is not estimated faster (if its workspace `(T/64 + N + 1)·HV·WS_CHUNK_BYTES ≤
-//!     CHUNK64_WORKSPACE_CAP` and its launches fit; otherwise the call is rejected as `OddValueHeads`).
+//!     workspace_cap` and its launches fit; otherwise the call is rejected as `OddValueHeads`).
 //!   - **cp** (context parallel, `prefill64.cu`): the chunk64 prep, then three launches that cut each
 //!     sequence into segments of L chunks and walk them in parallel (pass 1: segment 0 for real plus a
 //!     transition and a zero-state summary of each middle segment; scan: the segments' start states, 8 value
@@ -138,8 +138,19 @@ pub const RECURRENT_TABLE: &[(Family, StateDtype, u64, &str)] = &[
 /// Prefill without a length hint: the widest tile whose grid reaches NUM/DEN of the SM count.
 pub const PREFILL_FILL_NUM: u64 = 9;
 pub const PREFILL_FILL_DEN: u64 = 10;
-/// Largest chunk64 workspace (bytes): a call that would need more is refused (forced) or, with an odd HV, rejected.
-pub const CHUNK64_WORKSPACE_CAP: u64 = 1 << 30;
+/// Bounds of the largest chunk64 / cp workspace (bytes; `workspace_cap`): a call that would need more than the cap is
+/// refused (forced), runs fused (automatic) or, with an odd HV, is rejected.
+pub const WORKSPACE_CAP_MIN: u64 = 1 << 30;
+pub const WORKSPACE_CAP_MAX: u64 = 16 << 30;
+
+/// The largest chunk64 / cp workspace on a device: an eighth of its memory, between `WORKSPACE_CAP_MIN` and
+/// `WORKSPACE_CAP_MAX` (H100 80 GB: 10 GiB, H200: 16 GiB). The workspace is ~272 bytes per token and value head
+/// (`prefill64_workspace_bytes`), so the fixed 1 GiB cap of sessions 7-32 sent every call over ~3.9M token-heads
+/// to the fused kernels (qk4_v8: ~490K tokens; qk16_v32: ~123K), ~5x slower there than cp (1x65536: fused 2.6 ms,
+/// cp2 0.49 ms); with this cap cp runs up to ~37M token-heads on an H100 (qk4_v8: 4.6M tokens). Session 33.
+pub fn workspace_cap(caps: &DeviceCaps) -> u64 {
+    (caps.mem_bytes / 8).clamp(WORKSPACE_CAP_MIN, WORKSPACE_CAP_MAX)
+}
 /// Forced cp plans (`gdn check`, overrides): at most this many segments per (average) sequence.
 pub const CP_MAX_SEGMENTS: u64 = 64;
 /// The prefill override (`GDN_KERNEL=host`) that keeps the automatic plan on the host: calls without a length hint
@@ -175,14 +186,17 @@ pub struct DeviceCaps {
     pub sm_count: u32,
     /// Largest dynamic shared memory a block can opt in to (bytes).
     pub max_dyn_smem: u32,
+    /// Device memory (bytes): bounds the chunk64 / cp workspace (`workspace_cap`).
+    pub mem_bytes: u64,
 }
 
 impl DeviceCaps {
-    /// An H100/H200 SXM (132 SMs, 227 KB opt-in shared memory): for tests and GPU-free reports.
+    /// An H100/H200 SXM (132 SMs, 227 KB opt-in shared memory; the H100's 80 GB): for tests and GPU-free reports.
     pub const HOPPER_132: DeviceCaps = DeviceCaps {
         cc: (9, 0),
         sm_count: 132,
         max_dyn_smem: 232_448,
+        mem_bytes: 80 << 30,
     };
 }
 
@@ -245,7 +259,7 @@ pub enum Rejection {
         family: Family,
         state: StateDtype,
     },
-    /// A forced chunk64 / cp plan whose workspace exceeds `CHUNK64_WORKSPACE_CAP`.
+    /// A forced chunk64 / cp plan whose workspace exceeds `workspace_cap`.
     Workspace {
         need: u64,
         max: u64,
@@ -909,11 +923,9 @@ pub(crate) fn chunk64_plan(
         s.num_v_heads as u64,
     );
     let need = prefill64_workspace_bytes(t, n, hv);
-    if need > CHUNK64_WORKSPACE_CAP {
-        return Err(Rejection::Workspace {
-            need,
-            max: CHUNK64_WORKSPACE_CAP,
-        });
+    let max = workspace_cap(caps);
+    if need > max {
+        return Err(Rejection::Workspace { need, max });
     }
     let prep = configure(prep_v, s, caps, why.clone())?;
     let walk = configure(walk_v, s, caps, why)?;
@@ -950,11 +962,9 @@ pub(crate) fn cp_plan(
         s.num_v_heads as u64,
     );
     let need = prefill64_cp_workspace_bytes(t, n, hv, seg_chunks);
-    if need > CHUNK64_WORKSPACE_CAP {
-        return Err(Rejection::Workspace {
-            need,
-            max: CHUNK64_WORKSPACE_CAP,
-        });
+    let max = workspace_cap(caps);
+    if need > max {
+        return Err(Rejection::Workspace { need, max });
     }
     if seg_chunks > i32::MAX as u64 {
         return Err(Rejection::Grid {

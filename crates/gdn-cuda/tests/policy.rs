@@ -3,8 +3,8 @@
 
 use gdn_core::Op;
 use gdn_cuda::policy::{
-    choose, choose_prefill, equivalent_batch, prefill_override_for, Choice, DeviceCaps, PlanKind,
-    PrefillPlan, Rejection, Shape, CHUNK64_WORKSPACE_CAP, MAX_GRID_X, RECURRENT_TABLE,
+    choose, choose_prefill, equivalent_batch, prefill_override_for, workspace_cap, Choice,
+    DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape, MAX_GRID_X, RECURRENT_TABLE,
 };
 use gdn_cuda::registry::{self, prefill64, Family, StateDtype, VARIANTS};
 
@@ -497,13 +497,15 @@ fn chunk64_workspace_cap_and_formula() {
     use StateDtype::F32;
     let per_slot = 8 * prefill64::WS_CHUNK_BYTES; // HV = 8
     let order = prefill64::WORKSPACE_ALIGN; // the walk's order: one sequence's 8 bytes, rounded up to 256
-    let max_slots = (CHUNK64_WORKSPACE_CAP - order) / per_slot;
+    let cap = workspace_cap(&H100);
+    assert_eq!(cap, 10 << 30); // an eighth of 80 GB
+    let max_slots = (cap - order) / per_slot;
     // slots = T/64 + N + 1 with N = 1: the largest T whose workspace fits
     let t_max = ((max_slots - 2) * 64 + 63) as usize;
     let p = plan64(&pre(1, t_max, 8, F32)).unwrap();
     assert_eq!(p.kind(), PlanKind::Chunk64);
     assert_eq!(p.workspace_bytes(), max_slots * per_slot + order);
-    assert!(p.workspace_bytes() <= CHUNK64_WORKSPACE_CAP);
+    assert!(p.workspace_bytes() <= cap);
     let p = plan(&pre(1, t_max + 1, 8, F32));
     assert_eq!(p.kind(), PlanKind::Fused, "{}", p.why());
     assert_eq!(p.workspace_bytes(), 0);
@@ -518,7 +520,7 @@ fn chunk64_workspace_cap_and_formula() {
         e,
         Rejection::Workspace {
             need: (max_slots + 1) * per_slot + order,
-            max: CHUNK64_WORKSPACE_CAP
+            max: cap
         }
     );
     assert!(e.to_string().contains("workspace"));
@@ -902,7 +904,8 @@ fn odd_value_heads_run_only_on_chunk64() {
         choose(&s, &H100, None),
         Err(Rejection::OddValueHeads { v: 3 })
     ));
-    let huge = pre(1, 1 << 22, 3, F32);
+    // past the workspace cap (10 GiB on the test H100): 2^25 tokens x 3 heads need ~27 GB
+    let huge = pre(1, 1 << 25, 3, F32);
     assert!(matches!(
         choose_prefill(&huge, &H100, None),
         Err(Rejection::OddValueHeads { v: 3 })
@@ -1000,4 +1003,36 @@ fn scan_kernel_by_the_sequences_that_need_it() {
             "{s:?} L {l}"
         );
     }
+}
+
+#[test]
+fn workspace_cap_follows_device_memory() {
+    use StateDtype::F32;
+    let h200 = DeviceCaps {
+        mem_bytes: 141 << 30,
+        ..H100
+    };
+    assert_eq!(workspace_cap(&h200), 16 << 30);
+    let small = DeviceCaps {
+        mem_bytes: 4 << 30,
+        ..H100
+    };
+    assert_eq!(workspace_cap(&small), 1 << 30);
+    // a million tokens of one sequence (qk4_v8: ~2.3 GB of workspace) runs context parallel on an H100, and fused
+    // where the cap is 1 GiB
+    let long = pre(1, 1 << 20, 8, F32);
+    let p = plan(&long);
+    assert!(
+        matches!(
+            p.kind(),
+            PlanKind::ContextParallel | PlanKind::ContextParallelWide
+        ),
+        "{}",
+        p.why()
+    );
+    assert!(p.workspace_bytes() > 1 << 30);
+    assert_eq!(
+        choose_prefill(&long, &small, None).unwrap().kind(),
+        PlanKind::Fused
+    );
 }
