@@ -13,13 +13,15 @@
 //! 35 GB of GPU memory and 27 GB of host memory.
 
 use crate::backend::Engine;
-use crate::verify::{refused, run_forced, tolerances, verdict, Prepared, Ran, Verdict};
+use crate::verify::{
+    for_plan, refused, row_label, run_forced, tolerances, verdict, Prepared, Ran, Verdict,
+};
 use anyhow::{bail, Context, Result};
 use gdn_core::compare::{check_tensor, compare};
 use gdn_core::reference::gates_f64;
 use gdn_core::workload::WorkloadSpec;
 use gdn_core::{Backend, Data, Heads, Outputs, Problem, StateBuf, Tensor, TensorMap};
-use gdn_cuda::{DeviceRoute, ForcedPlan};
+use gdn_cuda::ForcedPlan;
 use half::bf16;
 use rayon::prelude::*;
 
@@ -46,10 +48,7 @@ pub fn run(engine: &Engine, seed: u64, plans: &[Option<ForcedPlan>]) -> Result<V
     let x = p.inputs(&case.tensors);
     let mut verdicts = Vec::new();
     for &plan in plans {
-        let mut p = p.clone();
-        if plan == Some(ForcedPlan::Device(DeviceRoute::Model)) {
-            p.dims.max_seq_len = None; // as a caller without a length hint plans it (verify.rs)
-        }
+        let p = for_plan(&p, plan);
         let mut out = Outputs::poisoned(&p, &x);
         let ran = match run_forced(engine, &p, &x, &mut out, plan)
             .with_context(|| format!("{} on {}", engine.name(), case.spec.label))?
@@ -141,11 +140,7 @@ impl Case {
             &self.filler_state,
             &state_tol,
         ));
-        let case = match &ran {
-            Some(l) => format!("{} [{}]", self.spec.label, l.split(' ').next().unwrap_or(l)),
-            None => self.spec.label.clone(),
-        };
-        let mut v = verdict(&case, &report);
+        let mut v = verdict(&row_label(&self.spec.label, &ran), &report);
         v.plan = ran;
         // the filler's outputs: exactly zero (a NaN is the poison of an unwritten element)
         let nonzero: usize = out.output[..self.filler * row]

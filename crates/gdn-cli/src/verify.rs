@@ -105,12 +105,7 @@ pub fn verify_prepared(
     plan: Option<ForcedPlan>,
 ) -> Result<Verdict> {
     let spec = &prepared.spec;
-    let mut p = prepared.problem.clone();
-    if plan == Some(ForcedPlan::Device(DeviceRoute::Model)) {
-        // the device plan serves the callers that give no length hint: plan it as they get it (its tiles differ
-        // from a hinted call's, e.g. the split kernel for equal lengths, whose ranking has a path of its own there)
-        p.dims.max_seq_len = None;
-    }
+    let p = for_plan(&prepared.problem, plan);
     let x = p.inputs(&prepared.tensors);
     let mut out = Outputs::poisoned(&p, &x);
     let ran = match run_forced(engine, &p, &x, &mut out, plan).with_context(|| match plan {
@@ -126,12 +121,8 @@ pub fn verify_prepared(
     let r = &prepared.reference;
     let (out_tol, state_tol) = tolerances(&p, spec.normalize_qk);
     let report = compare(&p, &out, r, &out_tol, &state_tol);
-    let case = match (&ran, p.def.op) {
-        (Some(label), Op::Prefill) => format!(
-            "{} [{}]",
-            spec.label,
-            label.split(' ').next().unwrap_or(label)
-        ),
+    let case = match p.def.op {
+        Op::Prefill => row_label(&spec.label, &ran),
         _ => spec.label.clone(),
     };
     let mut v = verdict(&case, &report);
@@ -152,6 +143,26 @@ pub fn verify_prepared(
         }
     }
     Ok(v)
+}
+
+/// `p` as `plan` gets it: the device plan serves the callers that give no length hint, so its own route plans
+/// without it (its tiles differ from a hinted call's, e.g. the split kernel for equal lengths, whose ranking has a
+/// path of its own there).
+pub fn for_plan(p: &Problem, plan: Option<ForcedPlan>) -> Problem {
+    let mut p = p.clone();
+    if plan == Some(ForcedPlan::Device(DeviceRoute::Model)) {
+        p.dims.max_seq_len = None;
+    }
+    p
+}
+
+/// A prefill row's label: the case's, then the plan that ran (the first word of CUDA's launch label), e.g.
+/// `… [chunk64]`.
+pub fn row_label(case: &str, ran: &Option<String>) -> String {
+    match ran {
+        Some(l) => format!("{case} [{}]", l.split(' ').next().unwrap_or(l)),
+        None => case.to_string(),
+    }
 }
 
 /// What [`run_forced`] did.
