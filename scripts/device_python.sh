@@ -10,11 +10,9 @@
 #                                             # bench_peers.py all; with PEERS_MIX=1, FlashInfer beside gdn on
 #                                             # the contest-like mix (scripts/peers_mix.py; a call carrying .peers1
 #                                             # must come first). Results and logs land in $OUT.
-# .peers1 (63 MB) plus the tracked tree (42 MB in session 15) no longer fit one 64 MiB carry: split it here
+# .peers1 (63 MB) and the tracked tree together do not fit one 64 MiB carry: split it here
 # (`split -b 21000000 .peers1/cutlass_cu12.tar.xz .peers1/part_`), carry .peers1/part_aa, part_ab, part_ac in three
 # quick calls (the machine stays warm ~30 s) that copy them to /tmp/parts, then cat them and untar into /tmp/cutl.
-# (Session 16 stripped the archived bench JSONs' raw samples: the tracked tree is 13.4 MB now, so two parts of
-# 32 MB would fit again; the three-part procedure still works.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,12 +1,12 @@
-"""FlashInfer beside gdn on the contest-like prefill mix: issue 4's "mean over the contest-like mix >= 6x
-FlashInfer's latency", measured rather than inferred from the eight ANCHORS configurations.
+"""FlashInfer beside gdn on the contest-like prefill mix: the mean over the mix of FlashInfer's latency divided by
+gdn's, measured rather than inferred from the eight anchor configurations.
 
 Runs on the GPU machine through `PEERS_MIX=1 bash scripts/device_python.sh` (carry .whl/gdn and .peers2, after
-a call that carried .peers1: shared/peers/README.md), which installs the wheel and sources .peers2/setup.sh.
+a call that carried .peers1), which installs the wheel and sources .peers2/setup.sh.
 Inputs: the 100 workloads of gdn_core::workload::contest_prefill_mix(qk4_v8, seed 0) (the mix `gdn bench` runs;
-crates/gdn-cuda/kernels/harness/contest_mix.json), drawn by shared/peers/bench_peers.py `prefill_inputs`
-(normalised q/k, fp32 state). Time: bench_peers.kernel_sum — CUPTI kernel time per call, every kernel of the
-call summed (FlashInfer's gate preprocessing included, as in ANCHORS.md), L2 flushed before each call.
+data/contest_mix.json), drawn by the peers' bench_peers.py `prefill_inputs` (normalised q/k, fp32 state).
+Time: bench_peers.kernel_sum — CUPTI kernel time per call, every kernel of the call summed (FlashInfer's gate
+preprocessing included), L2 flushed before each call.
 Candidates: gdn given the longest length (`max_seqlen`, as a caller with host-side lengths), gdn without it,
 FlashInfer chunk_gated_delta_rule. Sanity: each gdn output is compared with FlashInfer's (rel-L2).
 Writes $OUT/peers_mix.json; prints one row per workload and the summary (mean and median of the per-workload
@@ -25,7 +25,7 @@ import gdn  # noqa: E402
 OUT = os.environ.get("OUT", "/tmp/out")
 ITERS = int(os.environ.get("MIX_ITERS", "10"))
 BUDGET_S = float(os.environ.get("MIX_BUDGET_S", "420"))
-MIX = json.load(open(os.path.join(HERE, "..", "crates", "gdn-cuda", "kernels", "harness", "contest_mix.json")))
+MIX = json.load(open(os.path.join(HERE, "..", "data", "contest_mix.json")))
 
 
 def main():

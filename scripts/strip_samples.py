@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""strip_samples.py — drop the raw `samples_us` arrays from archived `gdn bench --json` files (schema gdn-bench/1).
+"""strip_samples.py — drop the raw `samples_us` arrays from `gdn bench --json` files (schema gdn-bench/1).
 
-    python3 scripts/strip_samples.py results/2026-11-21-h200-s16-bench.json [...]
+    python3 scripts/strip_samples.py FILE.json [...]
 
 Every tier keeps n, median_us, p10_us, p90_us (and the copy floor), which is all `gdn plot` and the notes read; the
-raw samples (100 per tier) made each archived file ~1.7 MB and the tracked tree 42 MB by session 15, more than half of
-a device call's 64 MiB carry. The current `results/2026-11-21-h200-bench.json` keeps its samples; archive copies
-(`…-sNN-bench*.json`) are stripped. The file's indentation is kept, so a diff shows only the removed lines.
+raw samples (100 per tier) make each file ~1.7 MB, a large share of a device call's 64 MiB carry when several such
+files are tracked. The file's indentation is kept, so a diff shows only the removed lines.
 """
 import json
 import sys

@@ -1,19 +1,20 @@
 """Compare fused builds on the contest-like mix from a `prefill64_harness.py mixshort` run (MIX_ALL=1).
 
-    python3 mix_compare.py $OUT/prefill64_sweep.json
+    python3 tools/mix_compare.py $OUT/prefill64_sweep.json PEERS_MIX.json
 
-For every build tag in the JSON (the production build, MIX_BUILDS items, ALT_SRC files), takes the best fused tile
-width per workload ("oracle over tiles") and prints the mean latency ratio FlashInfer / gdn over all workloads and over
-those of < 256 tokens, and the summed time. FlashInfer's times come from results/peers_mix_h200.json (H200, the
-same workloads; compare only runs on that device).
+For every build tag in the sweep (the production build and each ALT_KERNELS folder), takes the best fused tile
+width per workload ("oracle over tiles") and prints the mean latency ratio FlashInfer / gdn over all workloads and
+over those of < 256 tokens, and the summed time. PEERS_MIX.json: FlashInfer's times on the same workloads, as
+scripts/peers_mix.py writes them (compare only runs on one device).
 """
-import json, os, statistics, sys
+import json
+import statistics
+import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PEERS = os.path.join(HERE, "..", "..", "..", "..", "results", "peers_mix_h200.json")
-
+if len(sys.argv) != 3:
+    sys.exit(__doc__)
 d = json.load(open(sys.argv[1]))
-fim = {r["workload"]: r for r in json.load(open(PEERS))["rows"]}
+fim = {r["workload"]: r for r in json.load(open(sys.argv[2]))["rows"] if "flashinfer_us" in r}
 tags = sorted({k[k.index("["):] if "[" in k else "" for r in d["timings"] for k in r if k.startswith("fused_")})
 for tag in tags:
     ratios, short, total = [], [], 0.0

@@ -1,7 +1,8 @@
-"""Refit the chunk64 / cp constants of crates/gdn-cuda/src/cost.rs from harness sweeps (no GPU needed).
+"""Refit the chunk64 / cp constants of the prefill cost model (gdn-cuda's plan `cost.rs`) from harness sweeps
+(no GPU needed).
 
-    python3 fit_cost.py MIXLONG.json [SINGLE.json] [--table] [--scan]
-    python3 fit_cost.py --fused MIXSHORT.json
+    python3 tools/fit_cost.py MIXLONG.json [SINGLE.json] [--table] [--scan]
+    python3 tools/fit_cost.py --fused MIXSHORT.json
 
 MIXLONG.json: `prefill64_harness.py mixlong` output (the contest mix's 25 workloads of >= 2048 tokens: every fused
 tile, chunk64, both cp walk forms at 7-8 segment lengths, CUPTI parts). SINGLE.json (optional): `cpab` output with
@@ -9,10 +10,10 @@ AB_BUILDS="base;base,WGS2" on single sequences (rows: ab, config "1xT", L, prep_
 
 Mirrors cost.rs (`Lengths::of` with the longest length as hint, `cp_us`): prep, pass 1 and pass 3 are fitted on
 squared log error, each part on its own (the fused constants are left alone: their kernel is separate).
-Prints the constants, the error of each part and of the cp total, and with --table the MEASURED rows of
-crates/gdn-cuda/tests/cost.rs. --scan also fits the scan constants (SF/SS = SCAN_US fixed / step, by CTAs per
-head; session 18: the scan kernel changed), from the mixlong rows only (the single-sequence cpab rows run the
-8-CTA scan whatever the policy would pick); otherwise they stay cost.rs's.
+Prints the constants, the error of each part and of the cp total, and with --table the measured rows of the cost
+model's tests. --scan also fits the scan constants (SF/SS = SCAN_US fixed / step, by CTAs per head; refit them
+whenever the scan kernel changes), from the mixlong rows only (the single-sequence cpab rows run the 8-CTA scan
+whatever the policy would pick); otherwise they stay cost.rs's.
 """
 import json, math, sys
 
@@ -35,8 +36,8 @@ def parts(T, N, longest, L, wg, p):
     nch = max(1, -(-longest // C))
     segs = -(-nch // L)
     W, S, CT, C3 = p[f"W{wg}"], p[f"S{wg}"], p[f"C{wg}"], p[f"C3_{wg}"]
-    CS = p.get(f"CS{wg}", CT)  # per-CTA cost of a short sequence's pass-1 CTA (cost.rs short_cta_us; session 21)
-    if segs < 2:  # the chunk64 plan: the plain walk (cost.rs CHUNK64_WALK_CHUNK_US; session 19)
+    CS = p.get(f"CS{wg}", CT)  # per-CTA cost of a short sequence's pass-1 CTA (cost.rs short_cta_us)
+    if segs < 2:  # the chunk64 plan: the plain walk (cost.rs CHUNK64_WALK_CHUNK_US)
         W = p["W0"]
     cph = 2 // wg
     chains = long_seqs * HV * cph
@@ -51,7 +52,7 @@ def parts(T, N, longest, L, wg, p):
         return prep, pass1, 0.0, 0.0
     rest = (-(-short_tokens // C)) // L * HV * cph
     # the scan: one CTA per (sequence that can have three segments, head, row block): K = min(N, T // (128 L + 1))
-    # sequences (registry.rs prefill64_scan_seqs; session 21: was N); none: no launch
+    # sequences (registry.rs prefill64_scan_seqs); none: no launch
     need = 2 * C * L + 1  # tokens of the shortest sequence that needs the scan (registry.rs prefill64_scan_min_tokens)
     K = min(N, T // need)
     # the sequences the scan works on (cost.rs scan_work_seqs; policy.rs cp_scan_kernel picks the 8-row scan when
@@ -60,7 +61,7 @@ def parts(T, N, longest, L, wg, p):
     work = min(long + min((T - long * longest) // need, N - long), K)
     per_head = 16 if work * HV * 16 <= SMS else 8
     fixed, step = p.get(f"SF{per_head}", SCAN_US[per_head][0]), p.get(f"SS{per_head}", SCAN_US[per_head][1])
-    # steps: one per segment after the second, for every wave of the long sequences' CTAs (session 21)
+    # steps: one per segment after the second, for every wave of the long sequences' CTAs
     work_waves = -(-(long_seqs * HV * per_head) // SMS)  # (cost.rs: the long sequences' waves, not work's)
     scan = fixed + step * max(segs - 2, 0) * work_waves + p.get("SW", SCAN_WAVE_US) * (K * HV * per_head) / SMS \
         if K else 0.0
@@ -137,7 +138,7 @@ def fit(pts, p, names, keys):
     return v
 
 
-FUSED_CHUNK_US = {16: 0.495, 32: 0.605, 64: 0.875, 128: 1.14}  # cost.rs (session 13)
+FUSED_CHUNK_US = {16: 0.495, 32: 0.605, 64: 0.875, 128: 1.14}  # cost.rs
 FUSED_CTA_US = 4.0
 
 
@@ -185,7 +186,7 @@ def main():
     mix = json.load(open(sys.argv[1]))
     single = json.load(open(sys.argv[2])) if len(sys.argv) > 2 and not sys.argv[2].startswith("--") else None
     pts = points(mix, single)
-    # start: the session-13 constants
+    # the fit's starting point (plausible values; the optimiser moves from here)
     p = {"PF": 7.0, "PC": 3.3, "W1": 2.6, "S1": 1.2, "C1": 6.2, "C3_1": 2.0, "W2": 3.5, "S2": 1.6, "C2": 8.1,
          "C3_2": 8.2, "W0": 2.6, "CS1": 6.2, "CS2": 8.1}
     p.update({f"SF{h}": f for h, (f, _) in SCAN_US.items()})
@@ -196,7 +197,7 @@ def main():
     fit(pts, p, ["PF", "PC"], ["prep"])
     if "--scan" in sys.argv:  # the scan too (mixlong rows only: they run the scan kernel policy.rs picks)
         fit(pts, p, ["SF16", "SS16", "SF8", "SS8", "SW"], ["scan"])
-    plain = [x for x in pts if "pass1" not in x[5]]  # chunk64 totals: the plain walk's W0 (session 19)
+    plain = [x for x in pts if "pass1" not in x[5]]  # chunk64 totals: the plain walk's W0
     cps = [x for x in pts if "pass1" in x[5]]
     for _ in range(2):  # pass 1 and pass 3 share W and C
         fit(plain, p, ["W0"], ["pass1"])

@@ -1,19 +1,19 @@
 """Tensor-pipe rate probe on sm_90a: warpgroup MMA (wgmma) bf16 throughput by shape, A source, and warpgroups per SM.
 
-Run on the GPU machine:  PYTHONUNBUFFERED=1 python3 crates/gdn-cuda/kernels/harness/wgmma_probe.py
+Run on the GPU machine:  PYTHONUNBUFFERED=1 python3 tools/wgmma_probe.py
 Each warpgroup issues ITERS batches of 16 wgmma.m64nNk16 (one accumulator, one commit group, then a wait), A from
 registers (RS) or shared memory (SS), B from shared memory (contents irrelevant). Grid = 132 x CTAS CTAs of WGS
 warpgroups. Reports MAC per clock per SM (clock from the SM clock counter inside the kernel) and per ns, so the walk
 kernels' batches (m64n64 / m64n128, A from registers, 4-16 per batch) can be compared with the dense peak
 (2048 MAC/clk/SM on H100/H200). Writes $OUT/wgmma_probe.json.
 """
-import ctypes, json, os, sys, time
+import ctypes
+import json
+import os
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import prefill_harness as ph  # noqa: E402
-import torch  # noqa: E402
-from cuda.bindings import driver as cu, nvrtc  # noqa: E402
+import torch
+
+import harness_common as hc
 
 
 def wgmma_fn(n, rs):
@@ -75,22 +75,7 @@ extern "C" __global__ void probe(int iters, float* sink, long long* clocks) {{
 
 
 def build(src):
-    opts = [b"-arch=sm_90a", b"-std=c++17"]
-    prog = ph._ok(nvrtc.nvrtcCreateProgram(src.encode(), b"probe.cu", 0, [], []), "create")
-    rc = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-    n = ph._ok(nvrtc.nvrtcGetProgramLogSize(prog), "logsize")
-    buf = b" " * n
-    nvrtc.nvrtcGetProgramLog(prog, buf)
-    if int(rc) != 0:
-        raise RuntimeError(buf.decode(errors="replace")[:3000])
-    n = ph._ok(nvrtc.nvrtcGetCUBINSize(prog), "cubinsize")
-    cubin = b" " * n
-    ph._ok((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "getcubin")
-    mod = ph._ok(cu.cuModuleLoadData(cubin), "load")
-    f = ph._ok(cu.cuModuleGetFunction(mod, b"probe"), "fn")
-    ph._ok((cu.cuFuncSetAttribute(f, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                  65536)[0], None), "smem")
-    return f
+    return hc.function(hc.load_module(hc.compile_cubin(src, "probe.cu")), "probe", 65536)[0]
 
 
 def run(f, wgs, ctas, iters):
@@ -98,13 +83,8 @@ def run(f, wgs, ctas, iters):
     grid = sms * ctas
     sink = torch.empty(grid * 128 * wgs, device="cuda")
     clocks = torch.zeros(grid, dtype=torch.int64, device="cuda")
-    it = ctypes.c_int(iters)
-    ps = ctypes.c_void_p(sink.data_ptr())
-    pc = ctypes.c_void_p(clocks.data_ptr())
-    argv = (ctypes.c_void_p * 3)(ctypes.addressof(it), ctypes.addressof(ps), ctypes.addressof(pc))
-    stream = cu.CUstream(torch.cuda.current_stream().cuda_stream)
-    launch = lambda: ph._ok((cu.cuLaunchKernel(f, grid, 1, 1, 128 * wgs, 1, 1, 65536, stream, ctypes.addressof(argv),
-                                               0)[0], None), "launch")
+    args = [ctypes.c_int(iters), ctypes.c_void_p(sink.data_ptr()), ctypes.c_void_p(clocks.data_ptr())]
+    launch = lambda: hc.launch(f, grid, 128 * wgs, 65536, args)  # noqa: E731
     launch()
     torch.cuda.synchronize()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -117,7 +97,6 @@ def run(f, wgs, ctas, iters):
 
 
 def main():
-    out = os.environ.get("OUT", "/tmp/out")
     rows = []
     for n in (64, 128, 256):
         for rs in (True, False):
@@ -139,8 +118,7 @@ def main():
                     print(f"m64n{n}k16 {row['a']} batch {batch:2d}  {wgs} WG/CTA x {ctas} CTA/SM: "
                           f"{row['mac_per_clk_per_sm_in_kernel']:7.0f} MAC/clk/SM  {row['tflops']:6.0f} TFLOP/s  "
                           f"{row['clk_per_wgmma_per_wg']:6.1f} clk per wgmma per WG", flush=True)
-    os.makedirs(out, exist_ok=True)
-    with open(f"{out}/wgmma_probe.json", "w") as fh:
+    with open(os.path.join(hc.OUT, "wgmma_probe.json"), "w") as fh:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
 
 

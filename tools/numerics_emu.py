@@ -1,14 +1,14 @@
 """fp64 emulation of the chunk-64 walk's operand roundings (CPU, numpy; no GPU).
 
-    python3 crates/gdn-cuda/kernels/harness/numerics_emu.py [T]
+    python3 tools/numerics_emu.py [T]
 
 One value head, one sequence of T tokens (default 4096), normalised bf16 q/k, bf16 v, state 0.1·randn, gates as
-prefill_harness.make_inputs ("slow": long memory, "bench": bench_peers). The chunked walk (C = 64) is run in
+harness_common.make_inputs ("slow": long memory, "bench": bench_peers). The chunked walk (C = 64) is run in
 float64 with the kernel's roundings applied to the operands of each product — S to bf16 in Z/Y, the update operand
 Vn e^{γC−γ} to bf16, and per scheme the operands of U = Vᵀ Tbᵀ, B2 = Z Tgᵀ (or (Z e^γ) Tbᵀ: "tg_from_tb") and
 O = Vn Pᵀ as single bf16 / fp16 / tf32 or hi + lo bf16 pairs — and compared with the float64 token recurrence
-(output and final-state rel-L2). Used in session 11 to check that dropping Tg from the record changes nothing
-(results/prefill64_s11.md) and what single-bf16 B2 / U / O would cost.
+(output and final-state rel-L2): what the record's layout (Tg derived from Tb, "tg_from_tb") costs and what
+single-bf16 B2 / U / O would cost.
 """
 import sys
 
@@ -102,7 +102,7 @@ def chunked(q, k, v, S0, lg, beta, scale, m):
 def rel(x, y): return np.linalg.norm(x - y) / np.linalg.norm(y)
 
 schemes = {
-    "kernel (v5 before the record change)": {"U": "hilo_b", "B2": "hilo3", "O": "hilo3"},
+    "hi+lo, Tg in the record": {"U": "hilo_b", "B2": "hilo3", "O": "hilo3"},
     "all bf16": {"U": "bf16", "B2": "bf16", "O": "bf16"},
     "U bf16": {"U": "bf16", "B2": "hilo3", "O": "hilo3"},
     "B2 bf16": {"U": "hilo_b", "B2": "bf16", "O": "hilo3"},
@@ -113,7 +113,7 @@ schemes = {
     "O hilo_b(P split, Vn single)": {"U": "hilo_b", "B2": "hilo3", "O": "hilo_b"},
     "all fp16": {"U": "fp16", "B2": "fp16", "O": "fp16"},
     "all tf32": {"U": "tf32", "B2": "tf32", "O": "tf32"},
-    "kernel v5 (tg_from_tb)": {"U": "hilo_b", "B2": "hilo3", "O": "hilo3", "tg_from_tb": True},
+    "hi+lo, tg_from_tb": {"U": "hilo_b", "B2": "hilo3", "O": "hilo3", "tg_from_tb": True},
     "exact products": {"U": "exact", "B2": "exact", "O": "exact"},
     "tg_from_tb B2 Z single / Tb split": {"U": "hilo_b", "B2": "hilo_b", "O": "hilo3", "tg_from_tb": True},
     "tg_from_tb B2 single": {"U": "hilo_b", "B2": "bf16", "O": "hilo3", "tg_from_tb": True},

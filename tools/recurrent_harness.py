@@ -1,47 +1,39 @@
 #!/usr/bin/env python3
 """Device harness for crates/gdn-cuda/kernels/recurrent.cu (GDN decode / MTP kernels).
 
-Compiles recurrent.cu with NVRTC (cuda.bindings.nvrtc, the same library and options as the Rust runtime;
-CuPy's RawModule as a fallback), launches the kernels through the driver API with the RecurrentParams
-struct packed byte for byte (struct.pack, offsets asserted below), checks every output element against a
-float64 PyTorch reference written from the definitions' math, then times the kernels.
+Compiles recurrent.cu with NVRTC (harness_common: the library and options of the Rust runtime), launches the
+kernels through the driver API with the RecurrentParams struct packed byte for byte (struct.pack, offsets asserted
+below), checks every output element against the float64 reference, then times the kernels.
 
-Timing method: pure GPU kernel time from CUPTI (torch.profiler), L2 flushed (256 MB zero_) before every
-call, inputs rotated between two random sets, median + p10/p90 of N calls. The copy floor is measured in
-the same profiler session: torch copy_ of the same bytes (a DtoD memcpy) and our own 16-byte copy kernel.
+Timing method: pure GPU kernel time from CUPTI (torch.profiler), L2 flushed (256 MB zero_) before every call,
+inputs rotated between two random sets, median + p10/p90 of N calls. The copy floor is measured in the same
+profiler session: torch copy_ of the same bytes (a DtoD memcpy) and the harness's own 16-byte copy kernels
+(tools/recurrent_probes.cu, appended to the source with latency probes of one decode mapping).
 
 Usage (on the GPU machine, from the repository root):
-  python3 crates/gdn-cuda/kernels/harness/recurrent_harness.py [all|check|time|sanitize] [--quick|--final]
+  python3 tools/recurrent_harness.py [all|check|time|sanitize] [--quick|--final]
   (--final: only the kernels exported by recurrent.cu, full check matrix and timings; default: the sweep list
    of sweep_variants() plus the exported kernels. FLA is timed alongside when `fla` is importable.)
-Writes $OUT/recurrent_sweep.json, $OUT/recurrent_log.txt; prints a summary table last.
+Writes $OUT/recurrent_sweep.json, $OUT/recurrent_log_<mode>.txt; prints a summary table last.
 """
+import ctypes
 import json
 import math
 import os
-import statistics
 import struct
 import sys
-import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-KDIR = os.path.dirname(HERE)
-SRC = os.path.join(KDIR, "recurrent.cu")
-OUT = os.environ.get("OUT", "/tmp/out")
-os.makedirs(OUT, exist_ok=True)
+import torch
+import torch.nn.functional as F
+
+import harness_common as hc
+from harness_common import D, dev, log
+
 MODE = sys.argv[1] if len(sys.argv) > 1 else "all"
 QUICK = "--quick" in sys.argv
-T0 = time.time()
-LOGF = open(os.path.join(OUT, f"recurrent_log_{MODE}.txt"), "w")
-
-
-def log(*a):
-    s = f"[{time.time() - T0:7.1f}s] " + " ".join(str(x) for x in a)
-    print(s, flush=True)
-    LOGF.write(s + "\n")
-    LOGF.flush()
-
+hc.log_to(os.path.join(hc.OUT, f"recurrent_log_{MODE}.txt"))
+PROBES = os.path.join(hc.TOOLS, "recurrent_probes.cu")
 
 # ----------------------------------------------------------------------------------------------- variants
 # (st, sbytes, tt, tfix, vec, rpt, warps, order, hint); names as in recurrent.cu's header.
@@ -75,8 +67,8 @@ DEFAULTS = []  # filled from the source's GDN_REC_EXPORT lines
 
 
 def sweep_variants():
-    """Round 4 (rounds 1-3 in results/recurrent_kernels.md): the leaders of rounds 1-3 only, re-timed after the
-    gate-latency change (branch-free gates, gate inputs loaded first, no early return for padding)."""
+    """The mappings timed beside the exported kernels by default: the leaders of the earlier sweeps (branch-free
+    gates, gate inputs loaded first, no early return for padding)."""
     v = set()
 
     def add(name):
@@ -98,277 +90,67 @@ def sweep_variants():
 
 
 def parse_defaults(src):
-    out = []
-    block = src[src.index("#ifndef GDN_REC_NO_DEFAULT_EXPORTS"):]
-    block = block[:block.index("#endif")]
-    for line in block.splitlines():
-        line = line.strip()
+    """The variants recurrent.cu exports: its GDN_REC_EXPORT / GDN_REC_EXPORT_EX lines."""
+    out, prev = [], ""
+    for line in src.splitlines():
+        line, cont = line.strip(), prev.endswith("\\")  # (a macro definition's continuation line)
+        prev = line
+        if cont:
+            continue
         if line.startswith("GDN_REC_EXPORT(") and "#define" not in line:
             a = [x.strip() for x in line[len("GDN_REC_EXPORT("):-1].split(",")]
-            st, sb, tt, tf, vec, rpt, w = a[0], int(a[1]), a[2], int(a[3]), int(a[4]), int(a[5]), int(a[6])
-            out.append((st, sb, tt, tf, vec, rpt, w, 0, 0))
+            out.append((a[0], int(a[1]), a[2], int(a[3]), int(a[4]), int(a[5]), int(a[6]), 0, 0))
         elif line.startswith("GDN_REC_EXPORT_EX(") and "#define" not in line:
             a = [x.strip() for x in line[len("GDN_REC_EXPORT_EX("):-1].split(",")]
             out.append((a[0], int(a[1]), a[2], int(a[3]), int(a[4]), int(a[5]), int(a[6]), int(a[7]), int(a[8])))
     return out
 
 
-EXTRA_SRC = r"""
-// ---- harness-only: a plain 16-byte copy (grid-stride), the in-method copy floor ----
-extern "C" __global__ void __launch_bounds__(256) harness_copy16(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                                                 long long n16) {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (long long)gridDim.x * blockDim.x)
-        dst[i] = src[i];
-}
-// one 16-byte element per thread, one block per 256 elements (no loop)
-extern "C" __global__ void __launch_bounds__(256) harness_copy16_flat(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                                                      long long n16) {
-    const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
-    if (i < n16) dst[i] = src[i];
-}
-// four 16-byte elements per thread (all loads before the stores), one block per 1024 elements
-extern "C" __global__ void __launch_bounds__(256) harness_copy16_x4(const uint4* __restrict__ src, uint4* __restrict__ dst,
-                                                                    long long n16) {
-    const long long base = (long long)blockIdx.x * 1024 + threadIdx.x;
-    uint4 x[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) if (base + u * 256 < n16) x[u] = src[base + u * 256];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) if (base + u * 256 < n16) dst[base + u * 256] = x[u];
-}
-extern "C" __global__ void harness_empty(long long unused) {}
-
-// ---- harness-only latency probes: the fp32 v8r2w4 decode mapping with parts of the work removed ----
-// STAGE 0: state load -> store (same grid/lanes/addresses as the real kernel)
-// STAGE 1: + all token inputs loaded and folded in without reductions or gates
-// STAGE 2: + the shuffle reductions and the delta/output/state update, gates replaced by plain arithmetic
-// (STAGE 3 = the real kernel gdn_recurrent_f32_t1_v8r2w4)
-namespace probe {
-using namespace gdn_rec;
-template <int STAGE>
-__device__ __forceinline__ void body(const RecurrentParams& p) {
-    using C = Cfg<4, 8, 2, 4>;
-    constexpr int RPT = 2, VEC = 8;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int grp = lane / C::LPR, j = lane % C::LPR;
-    const u32 bx = blockIdx.x;
-    const int tile = (int)(bx % C::CPH);
-    const i64 bq = bx / C::CPH;
-    const int hq = blockIdx.y, h = hq * (int)gridDim.z + blockIdx.z;
-    const int row0 = tile * C::ROWS_CTA + (warp * C::GPW + grp) * RPT, kofs = j * C::CW;
-    const i64 HV = p.num_v_heads;
-    const i64 sofs = ((bq * HV + h) * KD + row0) * KD + kofs;
-    u32 sraw[RPT][C::NC][4];
-    const char* sp = reinterpret_cast<const char*>(p.state) + sofs * 4;
-#pragma unroll
-    for (int i = 0; i < RPT; ++i)
-#pragma unroll
-        for (int c = 0; c < C::NC; ++c) ld_words<4>(sraw[i][c], sp + (i64)(i * KD + c * C::CW * C::LPR) * 4);
-    float s[RPT][VEC];
-#pragma unroll
-    for (int i = 0; i < RPT; ++i)
-#pragma unroll
-        for (int c = 0; c < C::NC; ++c)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[i][c * 4 + e] = __uint_as_float(sraw[i][c][e]);
-    if constexpr (STAGE >= 1) {
-        TokRaw<C, RPT> cur;
-        load_tok<C, RPT>(cur, p, bq, 0, 1, h, hq, row0, kofs);
-        const float a_log = __ldg(p.A_log + h), dt_b = __ldg(p.dt_bias + h);
-        float kf[VEC], qf[VEC];
-#pragma unroll
-        for (int c = 0; c < C::NC; ++c)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                kf[c * 4 + e] = (e & 1) ? bf_hi(cur.k[c][e >> 1]) : bf_lo(cur.k[c][e >> 1]);
-                qf[c * 4 + e] = (e & 1) ? bf_hi(cur.q[c][e >> 1]) : bf_lo(cur.q[c][e >> 1]);
-            }
-        const float g = 1.0f - 0.01f * (bf_lo(cur.a) + dt_b + a_log);  // stand-in gates (no SFU chain)
-        const float beta = 0.5f + 0.01f * bf_lo(cur.b);
-        float o[RPT];
-        if constexpr (STAGE == 1) {
-#pragma unroll
-            for (int i = 0; i < RPT; ++i) {
-                const float vv = (i & 1) ? bf_hi(cur.v[i >> 1]) : bf_lo(cur.v[i >> 1]);
-                o[i] = vv * g;
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) s[i][e] = fmaf(beta * vv, kf[e] + qf[e], g * s[i][e]);
-            }
-        } else {
-            float red[2 * RPT + 1];
-            float kq = 0.f;
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) kq = fmaf(kf[e], qf[e], kq);
-            red[2 * RPT] = kq;
-#pragma unroll
-            for (int i = 0; i < RPT; ++i) {
-                float sk = 0.f, sq = 0.f;
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) { sk = fmaf(s[i][e], kf[e], sk); sq = fmaf(s[i][e], qf[e], sq); }
-                red[2 * i] = sk;
-                red[2 * i + 1] = sq;
-            }
-#pragma unroll
-            for (int off = C::LPR / 2; off >= 1; off >>= 1)
-#pragma unroll
-                for (int r = 0; r < 2 * RPT + 1; ++r) red[r] += __shfl_xor_sync(0xffffffffu, red[r], off);
-#pragma unroll
-            for (int i = 0; i < RPT; ++i) {
-                const float vv = (i & 1) ? bf_hi(cur.v[i >> 1]) : bf_lo(cur.v[i >> 1]);
-                const float delta = beta * (vv - g * red[2 * i]);
-                o[i] = p.scale * fmaf(delta, red[2 * RPT], g * red[2 * i + 1]);
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) s[i][e] = fmaf(delta, kf[e], g * s[i][e]);
-            }
-        }
-        if (j == 0) {
-            __nv_bfloat16* outp = reinterpret_cast<__nv_bfloat16*>(p.out) + (bq * HV + h) * KD + row0;
-            u32 ow[1] = {bf_pack(o[0], o[1])};
-            st_bf16_run<RPT>(outp, ow);
-        }
-    }
-    char* np = reinterpret_cast<char*>(p.new_state) + sofs * 4;
-#pragma unroll
-    for (int i = 0; i < RPT; ++i)
-#pragma unroll
-        for (int c = 0; c < C::NC; ++c) {
-            u32 w[4];
-#pragma unroll
-            for (int x = 0; x < 4; ++x) w[x] = __float_as_uint(s[i][c * 4 + x]);
-            st_words<4>(np + (i64)(i * KD + c * C::CW * C::LPR) * 4, w);
-        }
-}
-}  // namespace probe
-extern "C" __global__ void __launch_bounds__(128) harness_probe0(const RecurrentParams p) { probe::body<0>(p); }
-extern "C" __global__ void __launch_bounds__(128) harness_probe1(const RecurrentParams p) { probe::body<1>(p); }
-extern "C" __global__ void __launch_bounds__(128) harness_probe2(const RecurrentParams p) { probe::body<2>(p); }
-"""
-
-
 def build_source(variants):
-    src = open(SRC).read()
-    body = "#define GDN_REC_NO_DEFAULT_EXPORTS\n" + src + "\n"
-    for (st, sb, tt, tf, vec, rpt, w, o, hnt) in variants:
-        suf = SUFFIX[(o, hnt)]
-        body += f"GDN_REC_EXPORT_EX({st}, {sb}, {tt}, {tf}, {vec}, {rpt}, {w}, {o}, {hnt}, {suf})\n"
-    return body + EXTRA_SRC
-
-
-def cuda_include_dirs():
-    cands = ["/usr/local/cuda/include"]
-    try:
-        import nvidia  # noqa
-        for p in getattr(nvidia, "__path__", []):
-            cands.append(os.path.join(p, "cu13", "include"))
-    except Exception:
-        pass
-    return [c for c in cands if os.path.exists(os.path.join(c, "cuda_bf16.h"))]
-
-
-NVRTC_OPTS = ["-arch=sm_90a", "-std=c++17", "-lineinfo"]
-
-
-def compile_nvrtc(code):
-    from cuda.bindings import nvrtc
-    inc = cuda_include_dirs()
-    opts = NVRTC_OPTS + [f"-I{KDIR}"] + [f"-I{i}" for i in inc[:1]]
-    t = time.time()
-    err, prog = nvrtc.nvrtcCreateProgram(code.encode(), b"recurrent.cu", 0, [], [])
-    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
-    bopts = [o.encode() for o in opts]
-    err, = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
-    _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-    buf = b" " * n
-    nvrtc.nvrtcGetProgramLog(prog, buf)
-    logtxt = buf.decode(errors="replace").rstrip("\0")
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError("NVRTC failed:\n" + logtxt[:5000])
-    _, n = nvrtc.nvrtcGetCUBINSize(prog)
-    cub = b" " * n
-    nvrtc.nvrtcGetCUBIN(prog, cub)
-    log(f"NVRTC ok in {time.time() - t:.2f}s, cubin {n} bytes, opts {opts}", ("log: " + logtxt[:500]) if logtxt.strip() else "")
-    return cub
+    """recurrent.cu, an export line for every variant it does not export itself, then the harness's kernels."""
+    src = hc.kernel_source("recurrent")[1] + "\n"
+    for (st, sb, tt, tf, vec, rpt, w, o, hnt) in sorted(set(variants) - set(parse_defaults(src))):
+        src += f"GDN_REC_EXPORT_EX({st}, {sb}, {tt}, {tf}, {vec}, {rpt}, {w}, {o}, {hnt}, {SUFFIX[(o, hnt)]})\n"
+    with open(PROBES) as f:
+        return src + f.read()
 
 
 # ----------------------------------------------------------------------------------------------- device
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-dev = torch.device("cuda")
 torch.backends.cuda.matmul.allow_tf32 = False
-torch.zeros(1, device=dev)  # create the primary context before the driver calls
-import cupy  # noqa: E402
-from cupy.cuda import driver as cudrv  # noqa: E402
-
-cupy.cuda.Device(0).use()
+COPY_GRID = {"persistent": lambda n16: max(1, min((n16 + 255) // 256, 132 * 8)), "flat": lambda n16: (n16 + 255) // 256,
+             "x4": lambda n16: (n16 + 1023) // 1024}
 
 
 class Module:
     def __init__(self, variants):
         self.variants = variants
-        code = build_source(variants)
-        self.raw = None
-        try:
-            self.cubin = compile_nvrtc(code)
-            self.mod = cudrv.moduleLoadData(self.cubin)
-            getf = lambda n: cudrv.moduleGetFunction(self.mod, n)  # noqa: E731
-        except ImportError:  # no cuda.bindings: CuPy's RawModule is NVRTC too
-            log("cuda.bindings missing: compiling with cupy.RawModule")
-            opts = tuple(NVRTC_OPTS + [f"-I{KDIR}"] + [f"-I{i}" for i in cuda_include_dirs()[:1]])
-            self.raw = cupy.RawModule(code=code, options=opts, backend="nvrtc")
-            getf = lambda n: self.raw.get_function(n).ptr  # noqa: E731
-        self.fn = {}
-        self.attrs = {}
+        self.mod = hc.load_module(hc.compile_cubin(build_source(variants), "recurrent.cu", "recurrent", lineinfo=True))
+        self.fn, self.attrs = {}, {}
         for v in variants:
             n = vname_t(v)
-            f = getf(n)
-            self.fn[n] = f
-            self.attrs[n] = dict(regs=cudrv.funcGetAttribute(4, f), local_bytes=cudrv.funcGetAttribute(3, f),
-                                 max_threads=cudrv.funcGetAttribute(0, f))
-        self.copy_fn = getf("harness_copy16")
-        self.copy_flat_fn = getf("harness_copy16_flat")
-        self.copy_x4_fn = getf("harness_copy16_x4")
-        self.empty_fn = getf("harness_empty")
-        self.probe_fn = {k: getf(f"harness_probe{k}") for k in range(3)}
+            self.fn[n], self.attrs[n] = hc.function(self.mod, n)
+        get = lambda n: hc.function(self.mod, n)[0]  # noqa: E731
+        self.copy_fn = {"persistent": get("harness_copy16"), "flat": get("harness_copy16_flat"),
+                        "x4": get("harness_copy16_x4")}
+        self.empty_fn = get("harness_empty")
+        self.probe_fn = {k: get(f"harness_probe{k}") for k in range(3)}
         self.names = list(self.fn.keys())
         bad = {k: a for k, a in self.attrs.items() if a["local_bytes"] != 0}
         assert not bad, f"local memory (spills) in {bad}"
 
-    def launch_raw(self, f, grid, block, argbytes, stream=None):
-        import ctypes
-        buf = ctypes.create_string_buffer(argbytes, len(argbytes))
-        argv = (ctypes.c_void_p * 1)(ctypes.cast(buf, ctypes.c_void_p))
-        s = torch.cuda.current_stream().cuda_stream if stream is None else stream
-        cudrv.launchKernel(f, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, s,
-                           ctypes.addressof(argv), 0)
+    def launch_raw(self, f, grid, block, argbytes):
+        hc.launch(f, grid, block, 0, argbytes)
 
     def copy16(self, src, dst, kind="persistent"):
-        import ctypes
         n16 = src.numel() * src.element_size() // 16
-        # three pointer-sized args: pack each separately
-        a0 = ctypes.c_uint64(src.data_ptr())
-        a1 = ctypes.c_uint64(dst.data_ptr())
-        a2 = ctypes.c_int64(n16)
-        argv = (ctypes.c_void_p * 3)(ctypes.cast(ctypes.pointer(a0), ctypes.c_void_p),
-                                     ctypes.cast(ctypes.pointer(a1), ctypes.c_void_p),
-                                     ctypes.cast(ctypes.pointer(a2), ctypes.c_void_p))
-        if kind == "persistent":
-            f, grid = self.copy_fn, max(1, min((n16 + 255) // 256, 132 * 8))
-        elif kind == "flat":
-            f, grid = self.copy_flat_fn, (n16 + 255) // 256
-        else:
-            f, grid = self.copy_x4_fn, (n16 + 1023) // 1024
-        cudrv.launchKernel(f, grid, 1, 1, 256, 1, 1, 0, torch.cuda.current_stream().cuda_stream,
-                           ctypes.addressof(argv), 0)
+        hc.launch(self.copy_fn[kind], COPY_GRID[kind](n16), 256, 0,
+                  [ctypes.c_uint64(src.data_ptr()), ctypes.c_uint64(dst.data_ptr()), ctypes.c_int64(n16)])
 
     def empty(self):
-        import ctypes
-        a0 = ctypes.c_uint64(0)
-        argv = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.pointer(a0), ctypes.c_void_p))
-        cudrv.launchKernel(self.empty_fn, 1, 1, 1, 32, 1, 1, 0, torch.cuda.current_stream().cuda_stream,
-                           ctypes.addressof(argv), 0)
+        hc.launch(self.empty_fn, 1, 32, 0, [ctypes.c_int64(0)])
 
 
+# ----------------------------------------------------------------------------------------------- params
 # RecurrentParams: 12 pointers, 2 x i64, f32, 3 x i32 = 128 bytes (offsets in recurrent.cu's comments)
 PFMT = "<12Q2qf3i"
 assert struct.calcsize(PFMT) == 128
@@ -377,13 +159,10 @@ _OFFS = {"q": 0, "k": 8, "v": 16, "a": 24, "b": 32, "A_log": 40, "dt_bias": 48, 
          "seq_len": 116, "num_qk_heads": 120, "num_v_heads": 124}
 
 
-def ptr(t):
-    return 0 if t is None else t.data_ptr()
-
-
 def pack_params(q, k, v, a, b, A_log, dt_bias, state, new_state, inter, out, idx, B, rows, scale, T, H, HV):
-    by = struct.pack(PFMT, ptr(q), ptr(k), ptr(v), ptr(a), ptr(b), ptr(A_log), ptr(dt_bias), ptr(state),
-                     ptr(new_state), ptr(inter), ptr(out), ptr(idx), B, rows, scale, T, H, HV)
+    p = hc.ptr
+    by = struct.pack(PFMT, p(q), p(k), p(v), p(a), p(b), p(A_log), p(dt_bias), p(state), p(new_state), p(inter), p(out),
+                     p(idx), B, rows, scale, T, H, HV)
     # offsets self-check (matches the comments in recurrent.cu)
     assert struct.unpack_from("<q", by, _OFFS["batch"])[0] == B
     assert struct.unpack_from("<f", by, _OFFS["scale"])[0] == struct.unpack("<f", struct.pack("<f", scale))[0]
@@ -403,58 +182,25 @@ def launch(M, name, inp, state, new_state, inter, out, idx, rows, T):
 
 # ----------------------------------------------------------------------------------------------- reference
 def ref_run(inp, S0, T):
-    """float64 reference from the definitions' math. S0: float64 [B, HV, V, K] (already gathered) or None.
-    Returns out [B, T, HV, V] float64, list of states after each token [B, HV, V, K] float64."""
+    """The float64 reference (harness_common.reference, B sequences of T tokens). S0: float64 [B, HV, V, K]
+    (already gathered) or None. Returns out [B, T, HV, V] float64, the list of states after each token
+    [B, HV, V, K] float64."""
     q, k, v, a, b, A_log, dt_bias, scale = inp
-    B, _, H, K = q.shape
-    HV = v.shape[2]
-    x = a.double() + dt_bias.double()
-    g = torch.exp(-torch.exp(A_log.double()) * F.softplus(x))  # [B,T,HV]
-    beta = torch.sigmoid(b.double())
-    qe = q.double().repeat_interleave(HV // H, dim=2)
-    ke = k.double().repeat_interleave(HV // H, dim=2)
-    S = torch.zeros(B, HV, K, K, dtype=torch.float64, device=q.device) if S0 is None else S0.clone()
-    outs, states = [], []
-    for t in range(T):
-        S = g[:, t, :, None, None] * S
-        u = torch.einsum("bhvk,bhk->bhv", S, ke[:, t])
-        delta = beta[:, t, :, None] * (v[:, t].double() - u)
-        S = S + delta[..., :, None] * ke[:, t, :, None, :]
-        outs.append(scale * torch.einsum("bhvk,bhk->bhv", S, qe[:, t]))
-        states.append(S)
-    return torch.stack(outs, 1), states
+    B, HV = q.shape[0], v.shape[2]
+    flat = lambda x: x.reshape(B * T, *x.shape[2:])  # noqa: E731
+    cu_ = torch.arange(0, B * T + 1, T, device=q.device, dtype=torch.int64)
+    out, _, states = hc.reference(flat(q), flat(k), flat(v), S0, A_log, flat(a), dt_bias, flat(b), cu_, scale,
+                                  keep_states=True)
+    return out.reshape(B, T, HV, D), states
 
 
 def cmp(x, y, what, rel_l2_max=None):
-    """contest tolerance on every element + NaN/inf + optional rel-L2; returns (ok, info)."""
-    x = x.double()
-    y = y.double()
-    nonfinite = int((~torch.isfinite(x)).sum().item())
-    d = (x - y).abs()
-    bad = (d > 1e-2) & (d > 1e-2 * (y.abs() + 1e-8))
-    nbad = int(bad.sum().item()) + nonfinite
-    rel = (d.nan_to_num(1e30).norm() / (y.norm() + 1e-300)).item()
-    info = {"what": what, "n": x.numel(), "nbad": nbad, "nonfinite": nonfinite, "rel_l2": rel,
-            "max_abs": d.nan_to_num(1e30).max().item() if x.numel() else 0.0}
-    if nbad:
-        flat = (d.nan_to_num(1e30) * bad.double() + (~torch.isfinite(x)).double() * 1e30).flatten()
-        i = int(flat.argmax().item())
-        idx = []
-        for s in reversed(x.shape):
-            idx.append(i % s)
-            i //= s
-        info["worst_index"] = list(reversed(idx))
-        info["worst_x"] = x.flatten()[int(flat.argmax().item())].item()
-        info["worst_y"] = y.flatten()[int(flat.argmax().item())].item()
-    ok = nbad == 0 and (rel_l2_max is None or rel <= rel_l2_max)
-    info["ok"] = ok
-    return ok, info
+    """harness_common.compare; returns (ok, info)."""
+    info = {"what": what, **hc.compare(x, y, rel_l2_max)}
+    return info["ok"], info
 
 
 # ----------------------------------------------------------------------------------------------- inputs
-D = 128
-
-
 def make_inputs(B, T, H, HV, seed, normalize, gen_dev=dev):
     g = torch.Generator(device=gen_dev).manual_seed(seed)
     r = lambda *s: torch.randn(*s, device=gen_dev, generator=g)  # noqa: E731
@@ -483,7 +229,7 @@ RESULTS = {"checks": [], "fails": [], "timing": [], "attrs": {}, "errors": []}
 
 def save():
     fn = "recurrent_sweep.json" if MODE == "all" else f"recurrent_sweep_{MODE}.json"
-    with open(os.path.join(OUT, fn), "w") as f:
+    with open(os.path.join(hc.OUT, fn), "w") as f:
         json.dump(RESULTS, f, indent=1)
 
 
@@ -653,39 +399,34 @@ def run_checks(M, quick=False):
 
 
 # ----------------------------------------------------------------------------------------------- timing
-_flush = None
 _flush_sum = None
 
 
 def do_flush(mode):
+    global _flush_sum
     if mode == "dirty":
-        _flush.zero_()          # as shared/peers/bench_peers.py: L2 left full of dirty lines
+        hc.flush_l2()  # as the peers' bench_peers.py: L2 left full of dirty lines
     else:
-        _flush_sum.add_(_flush.sum())  # read-only sweep: L2 left full of clean lines
+        if _flush_sum is None:
+            _flush_sum = torch.zeros((), dtype=torch.int64, device=dev)
+        _flush_sum.add_(hc.flush_buffer().sum())  # read-only sweep: L2 left full of clean lines
 
 
 def profile_seq(calls, iters, flush="dirty"):
     """calls: list of (label, fn, n_kernels_per_call). Runs iters rounds: for each label, flush L2 then call.
     Returns {label: [us per call ...]} from CUPTI, by launch order."""
-    from torch.profiler import profile, ProfilerActivity
     for _ in range(2):
         for (_, fn, _) in calls:
             fn(0)
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+
+    def body():
         for it in range(iters):
             for (_, fn, _) in calls:
                 do_flush(flush)
                 fn(it)
-        torch.cuda.synchronize()
-    evs = []
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        n = e.name
-        if not (n.startswith("gdn_recurrent") or n.startswith("harness_") or "Memcpy" in n):
-            continue  # L2-flush kernels / memsets
-        evs.append((e.time_range.start, n, e.device_time if hasattr(e, "device_time") else e.cuda_time))
+    # the kernels and copies measured (not the L2-flush kernels and memsets)
+    evs = [e for e in hc.cuda_events(body) if e[1].startswith(("gdn_recurrent", "harness_")) or "Memcpy" in e[1]]
     evs.sort()
     expected = []
     for it in range(iters):
@@ -702,14 +443,6 @@ def profile_seq(calls, iters, flush="dirty"):
             return None
         res[lab].append(d)
     return res
-
-
-def stats(xs):
-    xs = sorted(xs)
-    if not xs:
-        return None
-    q = lambda p: xs[min(len(xs) - 1, max(0, int(round(p * (len(xs) - 1)))))]  # noqa: E731
-    return {"med": statistics.median(xs), "p10": q(0.1), "p90": q(0.9), "n": len(xs)}
 
 
 def floor_calls(M, src, dst):
@@ -748,12 +481,12 @@ def time_decode(M, sdt, Bs, iters, names=None, flush="dirty"):
         row = {"kind": "decode", "flush": flush, "state": st, "B": B, "H": H, "HV": HV,
                "state_bytes": sets[0][1].numel() * sets[0][1].element_size()}
         for lab, xs in res.items():
-            row[lab] = stats(xs)
+            row[lab] = hc.spread(xs)
         RESULTS["timing"].append(row)
-        best = min(nb, key=lambda n: row[n]["med"])
-        log(f"decode[{flush}] {st} B={B:5d}: best {best} {row[best]['med']:.2f}us  copy_torch "
-            f"{row['copy_torch']['med']:.2f} x4 {row['copy16_x4']['med']:.2f} flat {row['copy16_flat']['med']:.2f} "
-            f"persist {row['copy16_persist']['med']:.2f} empty {row['empty']['med']:.2f}")
+        best = min(nb, key=lambda n: row[n]["median_us"])
+        log(f"decode[{flush}] {st} B={B:5d}: best {best} {row[best]['median_us']:.2f}us  copy_torch "
+            f"{row['copy_torch']['median_us']:.2f} x4 {row['copy16_x4']['median_us']:.2f} flat {row['copy16_flat']['median_us']:.2f} "
+            f"persist {row['copy16_persist']['median_us']:.2f} empty {row['empty']['median_us']:.2f}")
         save()
         del sets, dst
 
@@ -788,11 +521,11 @@ def time_mtp(M, sdt, Bs, Ts, iters):
                 continue
             row = {"kind": "mtp", "state": st, "B": B, "T": T, "H": H, "HV": HV, "bytes": sbytes + ibytes}
             for lab, xs in res.items():
-                row[lab] = stats(xs)
+                row[lab] = hc.spread(xs)
             RESULTS["timing"].append(row)
-            best = min(names, key=lambda n: row[n]["med"])
-            log(f"mtp {st} T={T} B={B:4d}: best {best} {row[best]['med']:.2f}us  floor(copy_torch) "
-                f"{row['copy_torch']['med']:.2f}  copy16_x4 {row['copy16_x4']['med']:.2f}")
+            best = min(names, key=lambda n: row[n]["median_us"])
+            log(f"mtp {st} T={T} B={B:4d}: best {best} {row[best]['median_us']:.2f}us  floor(copy_torch) "
+                f"{row['copy_torch']['median_us']:.2f}  copy16_x4 {row['copy16_x4']['median_us']:.2f}")
             save()
             del sets, fsrc, fdst
 
@@ -805,7 +538,7 @@ def launch_probe(M, k, inp, state, new_state, out, B):
 
 
 def time_probes(M, Bs, iters):
-    """Latency attribution on the fp32 v8r2w4 mapping (see EXTRA_SRC)."""
+    """Latency attribution on the fp32 v8r2w4 mapping (see recurrent_probes.cu)."""
     H, HV = 4, 8
     for B in Bs:
         sets = []
@@ -827,33 +560,11 @@ def time_probes(M, Bs, iters):
             continue
         row = {"kind": "probe", "state": "f32", "B": B}
         for lab, xs in res.items():
-            row[lab] = stats(xs)
+            row[lab] = hc.spread(xs)
         RESULTS["probes"] = RESULTS.get("probes", []) + [row]
         log(f"probes B={B}: " + "  ".join(f"{lab.replace('harness_', '').replace('gdn_recurrent_', '')} "
-                                          f"{row[lab]['med']:.2f}" for lab in res))
+                                          f"{row[lab]['median_us']:.2f}" for lab in res))
         save()
-
-
-def kernel_sum_peers(fn, iters=20):
-    """shared/peers/bench_peers.py's kernel_sum, verbatim method (Memcpy/Memset/Fill excluded, sum / iters)."""
-    from torch.profiler import profile, ProfilerActivity
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            _flush.zero_()
-            fn()
-        torch.cuda.synchronize()
-    tot = 0.0
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        n = e.name
-        if "FillFunctor<int>" in n or "Memset" in n or "Memcpy" in n:
-            continue
-        tot += e.device_time if hasattr(e, "device_time") else e.cuda_time
-    return tot / iters
 
 
 def try_fla():
@@ -866,11 +577,11 @@ def try_fla():
 
 
 def time_peers_method(M, picks):
-    """Our kernels and references timed with the peers' exact method, for comparability with ANCHORS.md;
+    """Our kernels and references timed with the peers' exact method, for comparability with the peers' own figures;
     FLA's fused_recurrent (the anchors' best decode peer) in the same process when it is importable."""
     H, HV = 4, 8
     rows = []
-    e = kernel_sum_peers(lambda: M.empty())
+    e = hc.kernel_sum(lambda: M.empty())
     rows.append({"what": "empty", "us": e})
     fr = try_fla()
     for (st, B, n) in picks:
@@ -879,10 +590,10 @@ def time_peers_method(M, picks):
         state = make_state(B, HV, sdt, 8000 + B)
         new_state = torch.empty_like(state)
         out = torch.empty(B, 1, HV, D, dtype=torch.bfloat16, device=dev)
-        us = kernel_sum_peers(lambda: launch(M, n, inp, state, new_state, None, out, None, B, 1))
+        us = hc.kernel_sum(lambda: launch(M, n, inp, state, new_state, None, out, None, B, 1))
         dst = torch.empty_like(state)
-        cx4 = kernel_sum_peers(lambda: M.copy16(state, dst, "x4"))
-        cfl = kernel_sum_peers(lambda: M.copy16(state, dst, "flat"))
+        cx4 = hc.kernel_sum(lambda: M.copy16(state, dst, "x4"))
+        cfl = hc.kernel_sum(lambda: M.copy16(state, dst, "flat"))
         fla_us = None
         if fr is not None and st == "f32":
             q, k, v, a, b, A_log, dt_bias, scale = inp
@@ -899,7 +610,7 @@ def time_peers_method(M, picks):
                 torch.cuda.synchronize()
                 rows.append({"what": "fla_vs_ours", "B": B, "out_maxdiff": (fo.float().reshape(out.shape) - out.float()).abs().max().item(),
                              "state_maxdiff": (fs.float().reshape(new_state.shape) - new_state).abs().max().item()})
-                fla_us = kernel_sum_peers(fla_call)
+                fla_us = hc.kernel_sum(fla_call)
             except Exception:
                 RESULTS["errors"].append("fla call: " + traceback.format_exc()[-400:])
         rows.append({"what": n, "state": st, "B": B, "us": us, "copy16_x4": cx4, "copy16_flat": cfl, "fla_us": fla_us})
@@ -915,8 +626,8 @@ def summary():
         ks = [k for k in row if k.startswith("gdn_recurrent")]
         if not ks:
             continue
-        best = min(ks, key=lambda k: row[k]["med"])
-        cp = min(row["copy_torch"]["med"], row["copy16_x4"]["med"])
+        best = min(ks, key=lambda k: row[k]["median_us"])
+        cp = min(row["copy_torch"]["median_us"], row["copy16_x4"]["median_us"])
         b = row[best]
         tgt = ""
         if row["kind"] == "decode" and row["state"] == "f32":
@@ -926,20 +637,19 @@ def summary():
         if row["kind"] == "mtp":
             tgt = "tgt 1.2x"
         lines.append(f"{row['kind'][:3]}{row.get('flush', 'dirty')[0]} {row['state']:4s} T={row.get('T', 1)} B={row['B']:5d} best {best:34s} "
-                     f"{b['med']:8.2f}us [p10 {b['p10']:.2f} p90 {b['p90']:.2f}] bestcopy {cp:8.2f} "
-                     f"x{b['med'] / cp:5.2f} {tgt}")
+                     f"{b['median_us']:8.2f}us [p10 {b['p10_us']:.2f} p90 {b['p90_us']:.2f}] bestcopy {cp:8.2f} "
+                     f"x{b['median_us'] / cp:5.2f} {tgt}")
     return "\n".join(lines)
 
 
 def main():
-    global DEFAULTS, _flush
-    src = open(SRC).read()
-    DEFAULTS = parse_defaults(src)
+    global DEFAULTS
+    DEFAULTS = parse_defaults(hc.kernel_source("recurrent")[1])
     RESULTS["device"] = torch.cuda.get_device_name()
     RESULTS["sm_count"] = torch.cuda.get_device_properties(0).multi_processor_count
     RESULTS["method"] = ("CUPTI kernel time via torch.profiler; 256MB L2 flush (zero_) before every call; 2 rotating "
                          "input sets; median/p10/p90")
-    log("device", RESULTS["device"], RESULTS["sm_count"], "SMs; torch", torch.__version__, "cupy", cupy.__version__)
+    log("device", RESULTS["device"], RESULTS["sm_count"], "SMs; torch", torch.__version__)
     if MODE == "sanitize":
         M = Module(DEFAULTS)
         names = M.names
@@ -959,9 +669,6 @@ def main():
     if MODE in ("all", "check"):
         run_checks(M, quick=QUICK)
     if MODE in ("all", "time"):
-        _flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=dev)
-        global _flush_sum
-        _flush_sum = torch.zeros((), dtype=torch.int64, device=dev)
         iters = 25
         Bs = [1, 2, 4, 8, 16, 32, 48, 64, 128, 256, 512, 1024] if not QUICK else [1, 64]
         time_probes(M, [1, 4, 16] if not QUICK else [1], iters)
@@ -974,7 +681,7 @@ def main():
             best = {}
             for row in RESULTS["timing"]:
                 if row["kind"] == "decode" and row["state"] == st and row.get("flush") == "dirty":
-                    ks = sorted([k for k in row if k.startswith("gdn_")], key=lambda k: row[k]["med"])
+                    ks = sorted([k for k in row if k.startswith("gdn_")], key=lambda k: row[k]["median_us"])
                     best[row["B"]] = ks[:6]
             cb = [b for b in (1, 4, 16, 64, 256, 1024) if b in best]
             time_decode(M, sdt, cb, iters, names=best, flush="clean")
