@@ -1,5 +1,6 @@
-//! The workload classes `gdn bench` runs: fixed anchor configurations (the shapes in shared/ANCHORS.md)
-//! and the contest-like mixes (GDN.md §4), each with the one workload its correctness is checked on.
+//! The workload classes `gdn bench` runs: fixed anchor configurations (the shapes the peers' published
+//! figures are measured on) and the contest-like mixes (the statistics of the official decode and prefill
+//! sets, see [`gdn_core::workload`]), each with the one workload its correctness is checked on.
 
 use gdn_core::workload::{contest_decode_mix, contest_prefill_mix, WorkloadSpec};
 use gdn_core::{Heads, Op};

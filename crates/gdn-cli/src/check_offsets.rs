@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use gdn_core::compare::{check_tensor, compare};
 use gdn_core::reference::gates_f64;
 use gdn_core::workload::WorkloadSpec;
-use gdn_core::{Backend, Data, Heads, Outputs, Problem, StateBuf, Tensor, TensorMap};
+use gdn_core::{Backend, Data, Heads, Outputs, StateBuf, Tensor, TensorMap};
 use gdn_cuda::ForcedPlan;
 use half::bf16;
 use rayon::prelude::*;
@@ -43,7 +43,9 @@ pub fn label() -> String {
 /// Runs the case once per plan in `plans`; one verdict each.
 pub fn run(engine: &Engine, seed: u64, plans: &[Option<ForcedPlan>]) -> Result<Vec<Verdict>> {
     let case = Case::new(seed, FILLER)?;
-    let p = Problem::from_tensors(&case.spec.definition(), &case.tensors, &case.spec.options())
+    let p = case
+        .spec
+        .problem(&case.tensors)
         .context("the 64-bit offset workload")?;
     let x = p.inputs(&case.tensors);
     let mut verdicts = Vec::new();
@@ -86,7 +88,8 @@ impl Case {
         let tail = Prepared::new(&spec, seed)?;
         let state_name = spec.definition().state_input();
         let tensors = with_filler(&tail.tensors, state_name, filler)?;
-        let p = Problem::from_tensors(&spec.definition(), &tensors, &spec.options())
+        let p = spec
+            .problem(&tensors)
             .context("the 64-bit offset workload")?;
         let x = p.inputs(&tensors);
         // S0 · exp(filler · log g) per head (k = 0: the update adds nothing)
@@ -206,8 +209,7 @@ mod tests {
     /// The case's construction and judgement at a small filler, on the CPU backend.
     fn small() -> (Case, Outputs) {
         let case = Case::new(3, 197).unwrap();
-        let p = Problem::from_tensors(&case.spec.definition(), &case.tensors, &case.spec.options())
-            .unwrap();
+        let p = case.spec.problem(&case.tensors).unwrap();
         let x = p.inputs(&case.tensors);
         let mut out = Outputs::poisoned(&p, &x);
         Engine::Cpu(CpuBackend).run(&p, &x, &mut out).unwrap();

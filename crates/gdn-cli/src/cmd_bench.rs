@@ -4,9 +4,9 @@
 //! (schema `gdn-bench/1`, documented in the README). On CUDA every row says what ran (the kernel, or the
 //! prefill plan and its kernels: `fused gdn_prefill_*` / `chunk64 gdn_prefill64_prep+gdn_prefill64_walk_*`).
 
-use crate::backend::{Choice, Engine};
+use crate::backend::Engine;
 use crate::bench_classes::{self as classes, Class, Scope};
-use crate::cmd_check::OpFilter;
+use crate::cmd_check::Target;
 use crate::table::{new_table, num, progress, quantile, sci, si};
 use crate::verify::{verify, Verdict};
 use anyhow::{bail, Context, Result};
@@ -18,10 +18,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long, value_enum, default_value = "auto")]
-    backend: Choice,
-    #[arg(long, value_enum, default_value = "all")]
-    op: OpFilter,
+    #[command(flatten)]
+    target: Target,
     /// Head configuration `qk{H}_v{HV}` (head size 128).
     #[arg(long, default_value = "qk4_v8")]
     heads: String,
@@ -164,7 +162,7 @@ pub fn main(a: Args) -> Result<()> {
         bail!("--input-sets must be at least 2 (so no result can be served from a cache)");
     }
     let heads = parse_heads(&a.heads)?;
-    let engine = Engine::open(a.backend)?;
+    let engine = Engine::open(a.target.backend)?;
     let cpu = engine.is_cpu();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let plan = Plan {
@@ -200,7 +198,7 @@ pub fn main(a: Args) -> Result<()> {
             classes::mtp_anchors(heads, &scope),
         ],
     };
-    let todo: Vec<&Class> = all.iter().filter(|c| a.op.includes(c.op)).collect();
+    let todo: Vec<&Class> = all.iter().filter(|c| a.target.op.includes(c.op)).collect();
     let device = engine.device();
     eprintln!(
         "gdn bench: {} on {device}; {} threads; heads {}; iters <= {}, {} input sets{}",
@@ -233,7 +231,7 @@ pub fn main(a: Args) -> Result<()> {
             "backend": engine.name(),
             "device": device,
             "config": {
-                "op": format!("{:?}", a.op).to_lowercase(),
+                "op": format!("{:?}", a.target.op).to_lowercase(),
                 "heads": a.heads,
                 "seed": a.seed,
                 "quick": a.quick,
@@ -457,6 +455,14 @@ fn plan_counts<'a>(ws: impl Iterator<Item = &'a WorkloadResult>) -> String {
     parts.join(", ")
 }
 
+/// The throughput figures of one table row (a workload's tier or a group's total).
+struct Rate {
+    tokens_per_s: f64,
+    gb_per_s: f64,
+    copy_us: f64,
+    pct_of_copy: f64,
+}
+
 fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
     let c = &r.check;
     let note = c
@@ -498,12 +504,33 @@ fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
         header.push("kernel");
     }
     let mut t = new_table(&header);
-    let per_core = |x: f64| si(x / threads as f64);
+    // One row: the first seven cells, then throughput, bytes and copy-floor figures; on cpu the per-core
+    // throughput, elsewhere the kernel (or plan) column, filled on a workload's first tier only.
+    let mut add_row = |lead: [String; 7], rate: Rate, what: &str, first_tier: bool| {
+        let mut row = lead.to_vec();
+        row.push(si(rate.tokens_per_s));
+        if cpu {
+            row.push(si(rate.tokens_per_s / threads as f64));
+        }
+        row.extend([
+            num(rate.gb_per_s),
+            num(rate.copy_us),
+            format!("{:.0}%", rate.pct_of_copy),
+        ]);
+        if !cpu {
+            row.push(if first_tier {
+                what.into()
+            } else {
+                String::new()
+            });
+        }
+        t.add_row(row);
+    };
     let grouped = r.workloads.len() > 16;
     if !grouped {
         for w in &r.workloads {
             for (ti, s) in w.tiers.iter().enumerate() {
-                let mut row = vec![
+                let lead = [
                     w.label.clone(),
                     w.count.to_string(),
                     w.tokens.to_string(),
@@ -511,21 +538,14 @@ fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
                     num(s.median_us),
                     num(s.p10_us),
                     num(s.p90_us),
-                    si(s.tokens_per_s),
                 ];
-                if cpu {
-                    row.push(per_core(s.tokens_per_s));
-                }
-                row.extend([
-                    num(s.gb_per_s),
-                    num(s.copy_median_us),
-                    format!("{:.0}%", s.pct_of_copy),
-                ]);
-                if !cpu {
-                    let k = w.kernel.as_deref().unwrap_or("-");
-                    row.push(if ti == 0 { k.into() } else { String::new() });
-                }
-                t.add_row(row);
+                let rate = Rate {
+                    tokens_per_s: s.tokens_per_s,
+                    gb_per_s: s.gb_per_s,
+                    copy_us: s.copy_median_us,
+                    pct_of_copy: s.pct_of_copy,
+                };
+                add_row(lead, rate, w.kernel.as_deref().unwrap_or("-"), ti == 0);
             }
         }
     }
@@ -550,7 +570,7 @@ fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
     }
     for (name, tot, plans) in totals {
         for (ti, s) in tot.into_iter().enumerate() {
-            let mut row = vec![
+            let lead = [
                 name.clone(),
                 s.workloads.to_string(),
                 s.tokens.to_string(),
@@ -558,24 +578,14 @@ fn print_class(r: &ClassResult, cpu: bool, threads: usize) {
                 num(s.sum_median_us),
                 "-".into(),
                 "-".into(),
-                si(s.tokens_per_s),
             ];
-            if cpu {
-                row.push(per_core(s.tokens_per_s));
-            }
-            row.extend([
-                num(s.gb_per_s),
-                num(s.sum_copy_median_us),
-                format!("{:.0}%", s.pct_of_copy),
-            ]);
-            if !cpu {
-                row.push(if ti == 0 {
-                    plans.clone()
-                } else {
-                    String::new()
-                });
-            }
-            t.add_row(row);
+            let rate = Rate {
+                tokens_per_s: s.tokens_per_s,
+                gb_per_s: s.gb_per_s,
+                copy_us: s.sum_copy_median_us,
+                pct_of_copy: s.pct_of_copy,
+            };
+            add_row(lead, rate, &plans, ti == 0);
         }
     }
     println!("{t}");

@@ -22,10 +22,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(long, value_enum, default_value = "auto")]
-    backend: Choice,
-    #[arg(long, value_enum, default_value = "all")]
-    op: OpFilter,
+    #[command(flatten)]
+    target: Target,
     /// A trimmed sweep (CI smoke): fewer batch sizes and shorter sequences.
     #[arg(long)]
     quick: bool,
@@ -35,6 +33,15 @@ pub struct Args {
     /// Write the per-case results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// `--backend` and `--op`, shared by check and bench.
+#[derive(clap::Args)]
+pub struct Target {
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: Choice,
+    #[arg(long, value_enum, default_value = "all")]
+    pub op: OpFilter,
 }
 
 /// `--op` for check and bench.
@@ -73,6 +80,14 @@ pub fn all_heads() -> Vec<(&'static str, Heads)> {
 fn with(mut s: WorkloadSpec, label: String, f: impl FnOnce(&mut WorkloadSpec)) -> WorkloadSpec {
     f(&mut s);
     s.label = label;
+    s
+}
+
+/// An MTP case on normalised q/k, with or without the intermediate-states buffer.
+fn mtp_normalised(h: Heads, batch: usize, t: usize, intermediate: bool) -> WorkloadSpec {
+    let mut s = WorkloadSpec::mtp(h, batch, t);
+    s.normalize_qk = true;
+    s.intermediate = intermediate;
     s
 }
 
@@ -136,20 +151,14 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
     };
     for &t in &ts {
         v.push(with(
-            WorkloadSpec::mtp(hd, 4, t),
+            mtp_normalised(hd, 4, t, true),
             format!("mtp B=4 T={t} +intermediate"),
-            |s| {
-                s.normalize_qk = true;
-                s.intermediate = true;
-            },
+            |_| {},
         ));
         v.push(with(
-            WorkloadSpec::mtp(hd, 3, t),
+            mtp_normalised(hd, 3, t, false),
             format!("mtp B=3 T={t}"),
-            |s| {
-                s.normalize_qk = true;
-                s.intermediate = false;
-            },
+            |_| {},
         ));
     }
     v.push(with(
@@ -158,42 +167,31 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
         |s| s.normalize_qk = false,
     ));
     v.push(with(
-        WorkloadSpec::mtp(hd, 8, 4),
+        mtp_normalised(hd, 8, 4, true),
         "mtp serving B=8 T=4 padding".into(),
         |s| {
-            s.normalize_qk = true;
-            s.intermediate = true;
             s.mtp_mode = MtpMode::Serving;
             s.padding = 3;
         },
     ));
     v.push(with(
-        WorkloadSpec::mtp(hd, 6, 3),
+        mtp_normalised(hd, 6, 3, false),
         "mtp serving B=6 T=3 no intermediate".into(),
         |s| {
-            s.normalize_qk = true;
-            s.intermediate = false;
             s.mtp_mode = MtpMode::Serving;
             s.padding = 1;
         },
     ));
     v.push(with(
-        WorkloadSpec::mtp(hd, 4, 4),
+        mtp_normalised(hd, 4, 4, true),
         "mtp B=4 T=4 bf16 state".into(),
-        |s| {
-            s.normalize_qk = true;
-            s.intermediate = true;
-            s.state_dtype = DType::BF16;
-        },
+        |s| s.state_dtype = DType::BF16,
     ));
     for (name, h) in &heads {
         v.push(with(
-            WorkloadSpec::mtp(*h, 3, 4),
+            mtp_normalised(*h, 3, 4, true),
             format!("mtp {name} B=3 T=4"),
-            |s| {
-                s.normalize_qk = true;
-                s.intermediate = true;
-            },
+            |_| {},
         ));
     }
 
@@ -220,7 +218,8 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
         &many,
         format!("prefill 57 seqs, {} tokens", many.iter().sum::<usize>()),
     ));
-    // equal lengths: the device plan for 32x256 runs its split kernel, whose ranking notices them (prefill.cu v14.3)
+    // equal lengths: the device plan for 32x256 runs its split kernel, whose ranking skips its counting when every
+    // length is equal (the rank is then the index)
     let (n_eq, len_eq) = if quick { (12, 48) } else { (32, 256) };
     v.push(norm(
         &vec![len_eq; n_eq],
@@ -254,7 +253,7 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
     // No raw-randn prefill case: with |k|^2 ~ 128 the delta rule amplifies the state ~60x per token, and a
     // chunked kernel with bf16 tensor-core operands (ours, FLA's, FlashInfer's) then misses the elementwise
     // rule on a seed-dependent handful of small state entries (deterministically; rel-L2 stays ~2e-3). The
-    // prefill contract is stated on normalised q/k; the evidence is in results/prefill_kernels.md.
+    // prefill contract is stated on normalised q/k.
     v.push(with(
         WorkloadSpec::prefill(hd, &[70, 20]),
         "prefill [70, 20] no state".into(),
@@ -283,12 +282,12 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
 }
 
 pub fn main(a: Args) -> Result<()> {
-    let engine = Engine::open(a.backend)?;
+    let engine = Engine::open(a.target.backend)?;
     // (case, seed, plan): case i (after --op) uses seed + i, with every plan
     let plans = engine.prefill_plans();
     let cases: Vec<(WorkloadSpec, u64)> = cases(a.quick)
         .into_iter()
-        .filter(|c| a.op.includes(c.op))
+        .filter(|c| a.target.op.includes(c.op))
         .enumerate()
         .map(|(i, c)| (c, a.seed + i as u64))
         .collect();
@@ -300,7 +299,7 @@ pub fn main(a: Args) -> Result<()> {
         }
     };
     // the 64-bit offset case: CUDA only (35 GB of GPU memory), full sweep only
-    let offsets = !a.quick && !engine.is_cpu() && a.op.includes(Op::Prefill);
+    let offsets = !a.quick && !engine.is_cpu() && a.target.op.includes(Op::Prefill);
     let runs: usize = cases
         .iter()
         .map(|(c, _)| plans_of(c.op).len())

@@ -61,7 +61,8 @@ impl Prepared {
     /// Draws `spec`'s inputs (seeded) and runs the float64 reference on them.
     pub fn new(spec: &WorkloadSpec, seed: u64) -> Result<Prepared> {
         let tensors = generate(spec, seed);
-        let problem = Problem::from_tensors(&spec.definition(), &tensors, &spec.options())
+        let problem = spec
+            .problem(&tensors)
             .with_context(|| format!("generated workload {}", spec.label))?;
         let reference = reference::run(&problem, &problem.inputs(&tensors));
         Ok(Prepared {

@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::{gdn, scratch, stderr, workload_file};
+use common::{altered_workload_file, gdn_run, scratch, stderr, workload_file};
 use gdn_core::workload::WorkloadSpec;
-use gdn_core::{io, Data, Heads, Tensor, TensorMap};
-use std::path::Path;
+use gdn_core::{Data, Heads, Tensor, TensorMap};
+use std::path::{Path, PathBuf};
 
 const DECODE: &str = "gdn_decode_qk4_v8_d128_k_last";
 const PREFILL: &str = "gdn_prefill_qk4_v8_d128_k_last";
@@ -18,19 +18,13 @@ fn heads() -> Heads {
 /// Runs `gdn run` and checks the failure contract; returns the error line.
 fn fails(def: &str, inputs: &Path, extra: &[&str], dir: &Path) -> String {
     let out = dir.join("out.safetensors");
-    let mut args = vec![
-        "run",
-        "--definition",
-        def,
-        "--inputs",
-        inputs.to_str().unwrap(),
-        "--output",
-        out.to_str().unwrap(),
-    ];
-    args.extend(extra);
-    let o = gdn(&args);
+    let o = gdn_run(def, inputs, &out, extra);
     let err = stderr(&o);
-    assert!(!o.status.success(), "expected failure: {args:?}");
+    assert!(
+        !o.status.success(),
+        "expected failure: {def} {} {extra:?}",
+        inputs.display()
+    );
     assert_eq!(o.status.code(), Some(1), "not a clean error exit: {err}");
     assert_eq!(err.lines().count(), 1, "one line expected: {err:?}");
     assert!(err.starts_with("error: "), "{err}");
@@ -38,12 +32,10 @@ fn fails(def: &str, inputs: &Path, extra: &[&str], dir: &Path) -> String {
     err
 }
 
-fn mutated(dir: &Path, f: impl FnOnce(&mut TensorMap)) -> std::path::PathBuf {
-    let mut t = gdn_core::workload::generate(&WorkloadSpec::decode(heads(), 4), 3);
-    f(&mut t);
-    let p = dir.join("in.safetensors");
-    io::write_safetensors(&p, &t).unwrap();
-    p
+/// A decode workload file (batch 4) with its tensors altered by `f`.
+fn mutated(dir: &Path, f: impl FnOnce(&mut TensorMap)) -> PathBuf {
+    let spec = WorkloadSpec::decode(heads(), 4);
+    altered_workload_file(dir, "in.safetensors", &spec, 3, f).0
 }
 
 #[test]
@@ -85,13 +77,13 @@ fn missing_tensor() {
 #[test]
 fn bad_cu_seqlens() {
     let d = scratch("cu");
-    let mut t = gdn_core::workload::generate(&WorkloadSpec::prefill(heads(), &[5, 7]), 1);
-    t.insert(
-        "cu_seqlens".into(),
-        Tensor::new(vec![3], Data::I64(vec![0, 9, 7])),
-    );
-    let p = d.join("in.safetensors");
-    io::write_safetensors(&p, &t).unwrap();
+    let spec = WorkloadSpec::prefill(heads(), &[5, 7]);
+    let (p, _) = altered_workload_file(&d, "in.safetensors", &spec, 1, |t| {
+        t.insert(
+            "cu_seqlens".into(),
+            Tensor::new(vec![3], Data::I64(vec![0, 9, 7])),
+        );
+    });
     let e = fails(PREFILL, &p, &["--backend", "cpu"], &d);
     assert!(e.contains("cu_seqlens"), "{e}");
 }

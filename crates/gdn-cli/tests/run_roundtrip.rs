@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{gdn, scratch, stderr, workload_file};
+use common::{gdn_run, scratch, stderr, workload_file};
 use gdn_core::compare::{compare, CONTEST};
 use gdn_core::workload::WorkloadSpec;
 use gdn_core::{io, reference, Data, Heads, MtpMode, Outputs, Problem, StateBuf};
@@ -17,21 +17,11 @@ fn round_trip(spec: WorkloadSpec, tag: &str) {
     let (inp, tensors) = workload_file(&dir, "in.safetensors", &spec, 11);
     let outp = dir.join("out.safetensors");
     let def = spec.definition();
-    let mut args = vec![
-        "run",
-        "--definition",
-        &def.name,
-        "--inputs",
-        inp.to_str().unwrap(),
-        "--output",
-        outp.to_str().unwrap(),
-        "--backend",
-        "cpu",
-    ];
+    let mut extra = vec!["--backend", "cpu"];
     if spec.mtp_mode == MtpMode::Serving {
-        args.push("--mtp-serving");
+        extra.push("--mtp-serving");
     }
-    let o = gdn(&args);
+    let o = gdn_run(&def.name, &inp, &outp, &extra);
     assert!(o.status.success(), "{tag}: {}", stderr(&o));
 
     let p = Problem::from_tensors(&def, &tensors, &spec.options()).unwrap();
@@ -89,7 +79,7 @@ fn mtp_round_trips() {
 /// `--definition` given as a path to the flashinfer-bench JSON (../shared beside the repository; required
 /// under CI=true).
 #[test]
-fn definition_json_path() {
+fn definition_given_as_a_json_path() {
     let json = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
         "../../../shared/flashinfer-trace/definitions/gdn/gdn_decode_qk4_v8_d128_k_last.json",
     );
@@ -106,18 +96,12 @@ fn definition_json_path() {
     let spec = WorkloadSpec::decode(heads(4, 8), 3);
     let (inp, _) = workload_file(&dir, "in.safetensors", &spec, 5);
     let outp = dir.join("out.safetensors");
-    let o = gdn(&[
-        "run",
-        "--definition",
+    let o = gdn_run(
         json.to_str().unwrap(),
-        "--inputs",
-        inp.to_str().unwrap(),
-        "--output",
-        outp.to_str().unwrap(),
-        "--backend",
-        "cpu",
-        "--check",
-    ]);
+        &inp,
+        &outp,
+        &["--backend", "cpu", "--check"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("PASS"));
     std::fs::remove_dir_all(dir).unwrap();

@@ -100,6 +100,16 @@ fn spec(name: &'static str, shape: &[&'static str], dtype: DType, optional: bool
     }
 }
 
+/// A required scalar (no shape).
+fn scalar(name: &'static str, dtype: DType) -> TensorSpec {
+    TensorSpec {
+        name,
+        shape: None,
+        dtype,
+        optional: false,
+    }
+}
+
 /// A resolved definition: the operation and its head configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Definition {
@@ -197,12 +207,7 @@ impl Definition {
                 spec("a", &["batch_size", "seq_len", VH], BF16, false),
                 spec("dt_bias", &[VH], F32, false),
                 spec("b", &["batch_size", "seq_len", VH], BF16, false),
-                TensorSpec {
-                    name: "scale",
-                    shape: None,
-                    dtype: F32,
-                    optional: false,
-                },
+                scalar("scale", F32),
             ],
             Op::Prefill => vec![
                 spec("q", &["total_seq_len", QH, D], BF16, false),
@@ -214,12 +219,7 @@ impl Definition {
                 spec("dt_bias", &[VH], F32, false),
                 spec("b", &["total_seq_len", VH], BF16, false),
                 spec("cu_seqlens", &["len_cu_seqlens"], I64, false),
-                TensorSpec {
-                    name: "scale",
-                    shape: None,
-                    dtype: F32,
-                    optional: false,
-                },
+                scalar("scale", F32),
             ],
             Op::Mtp => vec![
                 spec("q", &["batch_size", "seq_len", QH, D], BF16, false),
@@ -231,12 +231,7 @@ impl Definition {
                 spec("a", &["batch_size", "seq_len", VH], BF16, false),
                 spec("dt_bias", &[VH], F32, false),
                 spec("b", &["batch_size", "seq_len", VH], BF16, false),
-                TensorSpec {
-                    name: "scale",
-                    shape: None,
-                    dtype: F32,
-                    optional: false,
-                },
+                scalar("scale", F32),
                 spec(
                     "intermediate_states_buffer",
                     &["pool_size", "seq_len", VH, D, D],

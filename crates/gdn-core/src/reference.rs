@@ -1,5 +1,6 @@
-//! Float64 reference of the three GDN operations, written from the definitions' math (GDN.md §1), and the
-//! chunked WY/UT form of the same recurrence (GDN.md §2) — the algorithm the GPU prefill uses — in float64.
+//! Float64 reference of the three GDN operations, written from the definitions' math (per value head and
+//! token: decay the state by `g`, correct it along `k` by `beta·(v − S·k)`, read it out along `q`), and the
+//! chunked WY/UT form of the same recurrence — the algorithm the GPU prefill uses — in float64.
 //!
 //! Both share [`plan`]: which tokens each sequence owns and which state rows it reads and writes. Gates are
 //! computed in f64 from the bf16/f32 inputs (softplus with torch's threshold 20); the state and the output
@@ -15,6 +16,7 @@
 
 use crate::definition::Op;
 use crate::problem::{Inputs, MtpMode, Problem, StateRef};
+use half::bf16;
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -94,7 +96,7 @@ pub fn run(p: &Problem, x: &Inputs) -> RefOutputs {
     run_with(p, x, recurrent_head)
 }
 
-/// The chunked WY/UT form (GDN.md §2) in float64, chunks of `chunk` tokens; equals [`run`] to rounding.
+/// The chunked WY/UT form in float64, chunks of `chunk` tokens; equals [`run`] to rounding.
 pub fn run_chunked(p: &Problem, x: &Inputs, chunk: usize) -> RefOutputs {
     assert!(chunk > 0, "chunk size must be positive");
     run_with(p, x, |c, s, h| chunked_head(c, s, h, chunk))
@@ -121,26 +123,20 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Row `head` of token `t` in a `[T, heads, D]` bf16 tensor, widened to f64.
+    fn row(&self, x: &[bf16], t: usize, heads: usize, head: usize) -> Vec<f64> {
+        let off = (t * heads + head) * self.d;
+        x[off..off + self.d].iter().map(|e| e.to_f64()).collect()
+    }
+    /// q of token `t` for value head `h` (its q/k head is `h / ratio`).
     fn q(&self, t: usize, h: usize) -> Vec<f64> {
-        let off = (t * self.hq + h / self.ratio) * self.d;
-        self.x.q[off..off + self.d]
-            .iter()
-            .map(|e| e.to_f64())
-            .collect()
+        self.row(self.x.q, t, self.hq, h / self.ratio)
     }
     fn k(&self, t: usize, h: usize) -> Vec<f64> {
-        let off = (t * self.hq + h / self.ratio) * self.d;
-        self.x.k[off..off + self.d]
-            .iter()
-            .map(|e| e.to_f64())
-            .collect()
+        self.row(self.x.k, t, self.hq, h / self.ratio)
     }
     fn v(&self, t: usize, h: usize) -> Vec<f64> {
-        let off = (t * self.hv + h) * self.d;
-        self.x.v[off..off + self.d]
-            .iter()
-            .map(|e| e.to_f64())
-            .collect()
+        self.row(self.x.v, t, self.hv, h)
     }
     /// The `[V, K]` initial state of head `h` for a sequence.
     fn initial_state(&self, s: &SeqPlan, h: usize) -> Vec<f64> {
@@ -230,7 +226,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// The recurrence of GDN.md §1, token by token, for one (sequence, value head).
+/// The definitions' recurrence, token by token, for one (sequence, value head).
 fn recurrent_head(c: &Ctx, s: &SeqPlan, h: usize) -> HeadResult {
     let d = c.d;
     let mut st = c.initial_state(s, h);
@@ -306,7 +302,8 @@ fn forward_substitute(a: &[Vec<f64>], mut x: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
     x
 }
 
-/// The chunked WY/UT form of GDN.md §2 for one (sequence, value head), state kept `[V, K]`.
+/// The chunked WY/UT form for one (sequence, value head), state kept `[V, K]`: per chunk, the UT transform
+/// `T = (I + A)⁻¹` of the decayed `K Kᵀ` turns the chunk's tokens into corrected values against the state.
 fn chunked_head(c: &Ctx, s: &SeqPlan, h: usize, chunk: usize) -> HeadResult {
     let d = c.d;
     let mut st = c.initial_state(s, h);

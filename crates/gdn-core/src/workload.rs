@@ -1,6 +1,6 @@
 //! Seeded random workloads: a [`WorkloadSpec`] says what to draw (operation, heads, sequence lengths, state
 //! options), [`generate`] draws the tensors the way flashinfer-bench and the peers' script do, and the contest
-//! mixes reproduce the statistics of the official decode and prefill workload sets (GDN.md §4).
+//! mixes reproduce the statistics of the official decode and prefill workload sets (as participants published them).
 //!
 //! Draws: q, k `randn` (optionally L2-normalised per head), v `randn`, state `0.1·randn`, `A_log = log(U(1,16))`,
 //! `dt_bias`, `a`, `b` `randn`. With `extreme_gates`, `A_log` reaches 5 and `a` reaches +40 (decay → 0).
@@ -9,7 +9,8 @@
 
 use crate::definition::{Definition, Heads, Op};
 use crate::dtype::DType;
-use crate::problem::{MtpMode, RunOptions};
+use crate::error::Result;
+use crate::problem::{MtpMode, Problem, RunOptions};
 use crate::tensor::{Data, Tensor, TensorMap};
 use half::bf16;
 use rand::rngs::StdRng;
@@ -99,6 +100,11 @@ impl WorkloadSpec {
             scale: None,
             mtp_mode: self.mtp_mode,
         }
+    }
+
+    /// Validates `tensors` (drawn from this spec, or altered) against this spec's definition and options.
+    pub fn problem(&self, tensors: &TensorMap) -> Result<Problem> {
+        Problem::from_tensors(&self.definition(), tensors, &self.options())
     }
 
     fn batch(&self) -> usize {
@@ -233,7 +239,7 @@ fn pool_indices(rng: &mut StdRng, spec: &WorkloadSpec, pool: usize) -> Vec<i32> 
     rows
 }
 
-/// GDN.md §4's decode mix: 54 workloads, B = 1 (×10), 4 (×8), 8, 16, 32, 48 (×7 each), 64 (×8), raw randn q/k.
+/// The contest-like decode mix: 54 workloads, B = 1 (×10), 4 (×8), 8, 16, 32, 48 (×7 each), 64 (×8), raw randn q/k.
 pub fn contest_decode_mix(heads: Heads) -> Vec<WorkloadSpec> {
     let counts = [(1, 10), (4, 8), (8, 7), (16, 7), (32, 7), (48, 7), (64, 8)];
     counts
@@ -255,7 +261,7 @@ const MAX_TOTAL: usize = 8192;
 /// Sum of the 100 totals (mean 1831).
 const MIX_TOKENS: usize = 183_100;
 
-/// 100 prefill workloads reproducing GDN.md §4's statistics (totals: min 6, median ~139, mean ~1831, max 8192
+/// 100 prefill workloads reproducing the official prefill set's statistics (totals: min 6, median ~139, mean ~1831, max 8192
 /// with 16 at 8192 and 56 under 256; 1..57 sequences, median 2, p90 ~35; per-sequence p50 ~41, p90 ~662,
 /// p99 ~2822, max 5637), drawn from `seed`. q/k normalised.
 pub fn contest_prefill_mix(heads: Heads, seed: u64) -> Vec<WorkloadSpec> {
@@ -475,7 +481,7 @@ mod tests {
         assert_ne!(a, generate(&spec, 6));
         let idx = a["initial_state_indices"].as_i32().unwrap();
         assert_eq!(idx.iter().filter(|&&i| i == -1).count(), 2);
-        let p = crate::Problem::from_tensors(&spec.definition(), &a, &spec.options()).unwrap();
+        let p = spec.problem(&a).unwrap();
         assert_eq!((p.dims.state_rows, p.dims.seq_len), (7, 3));
     }
 }

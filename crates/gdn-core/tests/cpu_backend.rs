@@ -6,7 +6,7 @@ use gdn_core::compare::{compare, Tolerance, CONTEST};
 use gdn_core::cpu::CpuBackend;
 use gdn_core::reference;
 use gdn_core::workload::{generate, WorkloadSpec};
-use gdn_core::{Backend, DType, Heads, MtpMode, Outputs, Problem};
+use gdn_core::{Backend, DType, Heads, MtpMode, Outputs};
 use proptest::prelude::*;
 
 /// Output rel-L2: dominated by the bf16 rounding of the output; measured ≤ 1.8e-3 over these cases.
@@ -31,7 +31,8 @@ fn check(spec: &WorkloadSpec, seed: u64) -> Result<String, TestCaseError> {
 /// As [`check`]; `portable` forces the baseline row operations (the path of CPUs without AVX2/FMA).
 fn check_path(spec: &WorkloadSpec, seed: u64, portable: bool) -> Result<String, TestCaseError> {
     let t = generate(spec, seed);
-    let p = Problem::from_tensors(&spec.definition(), &t, &spec.options())
+    let p = spec
+        .problem(&t)
         .map_err(|e| TestCaseError::fail(format!("{}: {e}", spec.label)))?;
     let x = p.inputs(&t);
     let want = reference::run(&p, &x);
@@ -217,7 +218,7 @@ fn wrong_output_buffers_are_rejected() {
     let h = Heads::new(2, 4, 64).unwrap();
     let spec = WorkloadSpec::decode(h, 2);
     let t = generate(&spec, 1);
-    let p = Problem::from_tensors(&spec.definition(), &t, &spec.options()).unwrap();
+    let p = spec.problem(&t).unwrap();
     let x = p.inputs(&t);
     let mut out = Outputs::poisoned(&p, &x);
     out.output.pop();
@@ -231,7 +232,7 @@ fn timing_reports_wall_samples() {
     let h = Heads::new(2, 4, 64).unwrap();
     let spec = WorkloadSpec::decode(h, 4);
     let maps: Vec<_> = (0..2).map(|s| generate(&spec, s)).collect();
-    let p = Problem::from_tensors(&spec.definition(), &maps[0], &spec.options()).unwrap();
+    let p = spec.problem(&maps[0]).unwrap();
     let xs: Vec<_> = maps.iter().map(|m| p.inputs(m)).collect();
     let cfg = TimingConfig {
         warmup: 1,

@@ -8,7 +8,7 @@ use gdn_core::{Data, Definition, Heads, MtpMode, Op, Problem, RunOptions, Tensor
 use half::bf16;
 
 fn problem(spec: &WorkloadSpec, t: &TensorMap) -> Problem {
-    Problem::from_tensors(&spec.definition(), t, &spec.options()).expect("valid workload")
+    spec.problem(t).expect("valid workload")
 }
 
 fn run_ref(spec: &WorkloadSpec, seed: u64) -> (Problem, TensorMap, RefOutputs) {
@@ -103,10 +103,10 @@ fn one_token_tensors(state: Option<f32>) -> TensorMap {
     t.insert("A_log".into(), Tensor::new(vec![1], Data::F32(vec![0.0])));
     t.insert("dt_bias".into(), Tensor::new(vec![1], Data::F32(vec![0.0])));
     t.insert("scale".into(), Tensor::scalar_f32(0.0));
-    if let Some(s0) = state {
+    if let Some(fill) = state {
         t.insert(
             "state".into(),
-            Tensor::new(vec![1, 1, d, d], Data::F32(vec![s0; d * d])),
+            Tensor::new(vec![1, 1, d, d], Data::F32(vec![fill; d * d])),
         );
     }
     t
@@ -116,7 +116,7 @@ fn one_token_tensors(state: Option<f32>) -> TensorMap {
 /// g·S0 = 0.05, u = 0.05, δ = 0.5·(1 − 0.05) = 0.475, S[v][0] = 0.525 (other columns 0.05),
 /// out = (1/8)·0.525 = 0.065625.
 #[test]
-fn one_token_by_hand() {
+fn one_token_decode_by_hand() {
     let def = Definition::builtin("gdn_decode_qk1_v1_d64_k_last").unwrap();
     let t = one_token_tensors(Some(0.1));
     let p = Problem::from_tensors(&def, &t, &RunOptions::default()).unwrap();

@@ -76,8 +76,8 @@ def r(*s):
 
 
 def validate(op, inputs):
-    """gdn's own description and validation of a call's inputs, without the launch (None for a gdn older
-    than session 25, whose plan() took descriptor tuples only)."""
+    """gdn's own description and validation of a call's inputs, without the launch (None for an older gdn
+    whose plan() took descriptor tuples only)."""
     names = getattr(gdn, "_NAMES", {}).get(op)
     if names is None:
         return None

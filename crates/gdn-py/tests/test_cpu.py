@@ -18,7 +18,7 @@ HEADS = [(4, 8), (2, 8), (16, 32)]
 D = 128
 
 
-# ------------------------------------------------------------------ float64 reference (GDN.md §1)
+# ------------------------------------------------------------------ float64 reference (the definitions' recurrence)
 def ref_seq(q, k, v, S, A_log, a, dt_bias, b, scale, inter=None):
     """One sequence, token-major: q,k [T,H,D], v [T,HV,D], a,b [T,HV], S [HV,V,K] float64 (updated).
     Returns out [T,HV,D] float64 and the final state; inter (if given) receives the state after each token."""

@@ -224,6 +224,17 @@ def captured(call):
     return graph
 
 
+def replay_with(graph, captured_inputs, new_inputs, poisoned=()):
+    """Copies `new_inputs` into the buffers the graph captured, fills `poisoned` with NaN (so every element the
+    replay should write is seen to be written), replays and waits."""
+    for dst, src in zip(captured_inputs, new_inputs):
+        dst.copy_(src)
+    for t in poisoned:
+        t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+
+
 def test_cuda_graph_capture_and_replay():
     B = 33
     x = decode_inputs(B, 4, 8, seed=5)
@@ -232,10 +243,7 @@ def test_cuda_graph_capture_and_replay():
     graph = captured(lambda: gdn.decode(*x, output=out, new_state=new_state))
     for seed in (6, 7):  # new inputs copied into the captured buffers, then replay
         y = decode_inputs(B, 4, 8, seed=seed)
-        for dst, src in zip(x, y):
-            dst.copy_(src)
-        graph.replay()
-        torch.cuda.synchronize()
+        replay_with(graph, x, y)
         ro, rs = ref_decode(*y, None)
         close(out, ro, f"output (graph replay, seed {seed})", OUT_L2)
         close(new_state, rs, f"new_state (graph replay, seed {seed})", F32_L2)
@@ -297,8 +305,8 @@ def test_prefill_chunk64(H, HV, state_dtype):
 
 
 # The context-parallel plan (prep, pass 1, scan, pass 3; workspace from torch) is what the policy runs for few
-# long sequences: here 2 sequences x 2 value heads = 8 walk chains, 4000 tokens each on average, cut by the cost
-# model (cost.rs) into segments of 7 chunks: 7 and 12 segments of these two sequences.
+# long sequences: here 2 sequences x 2 value heads = 8 walk chains, 4000 tokens each on average, cut by the
+# prefill cost model into segments of 7 chunks: 7 and 12 segments of these two sequences.
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_prefill_context_parallel(state_dtype):
     x = prefill_inputs([3000, 5000], 1, 2, seed=16, state_dtype=state_dtype)
@@ -316,7 +324,7 @@ def _workspace_bytes(x, hint):
 
 
 # A long sequence among short ones: with max_seqlen the host cuts the long one into segments (cp, whose workspace
-# adds the segment states); without it (session 23) the device plan decides from cu_seqlens on the device, with a
+# adds the segment states); without it the device plan decides from cu_seqlens on the device, with a
 # workspace that serves its chunk64 and cp routes. Same results either way, and with a hint that is wrong (too small).
 def test_prefill_length_hint():
     lens = [3700, 40, 300, 0, 860]
@@ -334,26 +342,24 @@ def test_prefill_length_hint():
 
 # The two plans with a workspace, captured in a CUDA graph (the workspace comes from the graph's private pool; no
 # host sync): chunk64 by an odd HV, cp by two long sequences (see above: four launches).
-@pytest.mark.parametrize("plan,lens,HV,seeds", [("chunk64", [1024, 640], 3, (14, 15)), ("cp", [4100, 2500], 2, (17, 18))])
+@pytest.mark.parametrize("plan,lens,HV,seeds",
+                         [("chunk64", [1024, 640], 3, (14, 15)), ("cp", [4100, 2500], 2, (17, 18))])
 def test_prefill_workspace_plan_graph_capture(plan, lens, HV, seeds):
     x = prefill_inputs(lens, 1, HV, seed=seeds[0])
     out = torch.empty_like(x[2])
     new_state = torch.empty_like(x[3])
     graph = captured(lambda: gdn.prefill(*x, output=out, new_state=new_state))
     y = prefill_inputs(lens, 1, HV, seed=seeds[1])
-    for dst, src in zip(x, y):
-        dst.copy_(src)
-    graph.replay()
-    torch.cuda.synchronize()
+    replay_with(graph, x, y)
     ro, rs = ref_prefill(*y, None)
     close(out, ro, f"output ({plan}, graph replay)", OUT_L2)
     close(new_state, rs, f"new_state ({plan}, graph replay)", PREFILL_STATE_L2)
 
 
-# The device plan inside a CUDA graph (session 23): captured with one split of 8192 tokens over 12 sequences, replayed
-# with others. Each launch decides from the cu_seqlens in memory at replay time. With the cost model of session 23 the
-# three splits take the fused, cp and chunk64 routes (longest 683, 5002, 1999 tokens); the results must match the
-# reference whichever route runs.
+# The device plan inside a CUDA graph: captured with one split of 8192 tokens over 12 sequences, replayed with others.
+# Each launch decides from the cu_seqlens in memory at replay time. The splits are chosen so that the three routes
+# (fused, cp, chunk64) are likely to run (longest 683, 5002, 1999 tokens); the results must match the reference
+# whichever route runs, so a refit of the cost model does not change what this test guards.
 def test_prefill_device_plan_graph_replay_with_other_lengths():
     splits = ([683] * 11 + [679], [5002] + [290] * 11, [1999] + [563] * 11)
     assert all(sum(l) == 8192 and len(l) == 12 for l in splits)
@@ -363,12 +369,7 @@ def test_prefill_device_plan_graph_replay_with_other_lengths():
     graph = captured(lambda: gdn.prefill(*x, output=out, new_state=new_state))  # (compiles the device-plan builds)
     for i, lens in enumerate(splits):
         y = prefill_inputs(lens, 4, 8, seed=32 + i)
-        for dst, src in zip(x, y):
-            dst.copy_(src)
-        out.fill_(float("nan"))
-        new_state.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+        replay_with(graph, x, y, poisoned=(out, new_state))
         ro, rs = ref_prefill(*y, None)
         close(out, ro, f"output (device plan, split {i}, graph replay)", OUT_L2)
         close(new_state, rs, f"new_state (device plan, split {i}, graph replay)", PREFILL_STATE_L2)
@@ -405,8 +406,9 @@ def test_mtp_serving_padding(state_dtype):
     close(inter, ri, "intermediate_states_buffer", F32_L2)
 
 
-def test_bench_peers_call_forms():
-    """The exact call forms of shared/peers/bench_peers.py."""
+def test_side_by_side_benchmark_call_forms():
+    """The exact call forms the side-by-side benchmark against FLA and FlashInfer uses (positional scale,
+    keyword intermediate_states_buffer)."""
     x = decode_inputs(4, 4, 8, seed=15)
     sc = 1.0 / math.sqrt(D)
     o, ns = gdn.decode(*x[:8], sc)

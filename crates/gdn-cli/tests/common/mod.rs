@@ -22,6 +22,21 @@ pub fn gdn(args: &[&str]) -> Output {
         .expect("spawn gdn")
 }
 
+/// Runs `gdn run --definition def --inputs inputs --output output` followed by `extra`.
+pub fn gdn_run(def: &str, inputs: &Path, output: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "--definition",
+        def,
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    gdn(&args)
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -33,7 +48,19 @@ pub fn workload_file(
     spec: &WorkloadSpec,
     seed: u64,
 ) -> (PathBuf, TensorMap) {
-    let t = generate(spec, seed);
+    altered_workload_file(dir, name, spec, seed, |_| {})
+}
+
+/// As [`workload_file`], with the tensors altered by `alter` before they are written.
+pub fn altered_workload_file(
+    dir: &Path,
+    name: &str,
+    spec: &WorkloadSpec,
+    seed: u64,
+    alter: impl FnOnce(&mut TensorMap),
+) -> (PathBuf, TensorMap) {
+    let mut t = generate(spec, seed);
+    alter(&mut t);
     let p = dir.join(name);
     io::write_safetensors(&p, &t).unwrap();
     (p, t)

@@ -8,12 +8,12 @@ normalisation, ``scale`` None or 0 meaning ``1/sqrt(head_size)``.
 Tensors:
   * torch CUDA tensors: zero-copy; the kernels are launched on ``torch.cuda.current_stream(device)`` of the
     tensors' device, without host synchronisation. When every output is passed, nothing is allocated, so a
-    call can be captured in a CUDA graph; the one exception is prefill of few long sequences (the "chunk64"
-    plan), which takes a scratch workspace from torch's caching allocator on the current stream
-    (``torch.empty(..., dtype=torch.uint8)``), which is capturable too. ``cu_seqlens`` and ``initial_state_indices`` stay on the device
-    and their *values* are not validated there (that would need a copy and a sync): callers must pass a
-    ``cu_seqlens`` that starts at 0, never decreases and ends at the token count. Pool indices outside the pool
-    are treated as padding by the kernels.
+    call can be captured in a CUDA graph; the one exception is a prefill plan with a workspace (see
+    ``prefill``), which takes its scratch from torch's caching allocator on the current stream
+    (``torch.empty(..., dtype=torch.uint8)``), which is capturable too. ``cu_seqlens`` and
+    ``initial_state_indices`` stay on the device and their *values* are not validated there (that would need
+    a copy and a sync): callers must pass a ``cu_seqlens`` that starts at 0, never decreases and ends at the
+    token count. Pool indices outside the pool are treated as padding by the kernels.
   * torch CPU tensors and NumPy arrays (bf16 through ``ml_dtypes.bfloat16``): gdn's multithreaded CPU backend;
     here the values of ``cu_seqlens`` and the pool indices are validated too.
 
@@ -176,8 +176,7 @@ def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, out
     On CUDA the kernels run as one of three plans, chosen by a cost model from the shape (and
     ``max_seqlen``): "fused" (one kernel), "cp" / "cp2" (context parallel, four kernels: long sequences cut
     into segments walked in parallel, with one or two warpgroups per walk CTA) or, for an odd number of value
-    heads, "chunk64" (two kernels). The
-    multi-kernel plans share a scratch workspace taken from torch's caching allocator on the current stream;
+    heads, "chunk64" (two kernels). The multi-kernel plans share a scratch workspace taken from torch's caching allocator on the current stream;
     every plan is graph-capturable. ``GDN_KERNEL=<kernel name>`` forces a plan.
 
     Returns:

@@ -8,10 +8,6 @@ fn heads() -> Heads {
     Heads::new(2, 4, 64).unwrap()
 }
 
-fn validate(spec: &WorkloadSpec, t: &TensorMap) -> Result<Problem, GdnError> {
-    Problem::from_tensors(&spec.definition(), t, &spec.options())
-}
-
 /// The tensor an error names.
 fn tensor(e: &GdnError) -> &str {
     match e {
@@ -21,6 +17,17 @@ fn tensor(e: &GdnError) -> &str {
         | GdnError::Value { tensor, .. } => tensor,
         other => panic!("not a tensor error: {other}"),
     }
+}
+
+/// Asserts that `result` is the error `variant` naming `tensor`.
+macro_rules! assert_rejects {
+    ($result:expr, $variant:ident, $tensor:expr) => {{
+        let e = $result.unwrap_err();
+        assert!(
+            matches!(e, GdnError::$variant { .. }) && tensor(&e) == $tensor,
+            "{e}"
+        );
+    }};
 }
 
 fn replace(t: &mut TensorMap, name: &str, new: Tensor) {
@@ -38,73 +45,53 @@ fn valid_workloads_pass() {
         WorkloadSpec::prefill(heads(), &[2, 0, 5]),
         WorkloadSpec::mtp(heads(), 3, 4),
     ] {
-        validate(&spec, &generate(&spec, 1)).unwrap();
+        spec.problem(&generate(&spec, 1)).unwrap();
     }
 }
 
 #[test]
-fn missing_tensor() {
+fn missing_tensor_is_rejected_unless_optional() {
     let spec = WorkloadSpec::decode(heads(), 2);
     let mut t = generate(&spec, 1);
     t.remove("k");
-    let e = validate(&spec, &t).unwrap_err();
-    assert!(
-        matches!(e, GdnError::Missing { .. }) && tensor(&e) == "k",
-        "{e}"
-    );
+    assert_rejects!(spec.problem(&t), Missing, "k");
     // The optional state may be absent; scale too (default).
     let mut t = generate(&spec, 1);
     t.remove("state");
     t.remove("scale");
-    validate(&spec, &t).unwrap();
+    spec.problem(&t).unwrap();
 }
 
 #[test]
-fn wrong_dtype() {
+fn wrong_dtype_is_rejected() {
     let spec = WorkloadSpec::decode(heads(), 2);
     let mut t = generate(&spec, 1);
     let a_log = Tensor::zeros(gdn_core::DType::BF16, t["A_log"].shape.clone());
     replace(&mut t, "A_log", a_log);
-    let e = validate(&spec, &t).unwrap_err();
-    assert!(
-        matches!(e, GdnError::DType { .. }) && tensor(&e) == "A_log",
-        "{e}"
-    );
+    assert_rejects!(spec.problem(&t), DType, "A_log");
 }
 
 #[test]
-fn wrong_rank_and_wrong_dim() {
+fn wrong_rank_or_dim_is_rejected() {
     let spec = WorkloadSpec::decode(heads(), 2);
     let mut t = generate(&spec, 1);
     let q = zeros_like(&t, "q", vec![2, 2, 64]);
     replace(&mut t, "q", q);
-    let e = validate(&spec, &t).unwrap_err();
-    assert!(
-        matches!(e, GdnError::Shape { .. }) && tensor(&e) == "q",
-        "{e}"
-    );
+    assert_rejects!(spec.problem(&t), Shape, "q");
 
     let mut t = generate(&spec, 1);
     let v = zeros_like(&t, "v", vec![2, 1, 4, 128]);
     replace(&mut t, "v", v);
-    let e = validate(&spec, &t).unwrap_err();
-    assert!(
-        matches!(e, GdnError::Shape { .. }) && tensor(&e) == "v",
-        "{e}"
-    );
+    assert_rejects!(spec.problem(&t), Shape, "v");
 }
 
 #[test]
-fn batch_disagreement() {
+fn batch_disagreement_is_rejected() {
     let spec = WorkloadSpec::decode(heads(), 2);
     let mut t = generate(&spec, 1);
     let b = zeros_like(&t, "b", vec![3, 1, 4]);
     replace(&mut t, "b", b);
-    let e = validate(&spec, &t).unwrap_err();
-    assert!(
-        matches!(e, GdnError::Shape { .. }) && tensor(&e) == "b",
-        "{e}"
-    );
+    assert_rejects!(spec.problem(&t), Shape, "b");
 }
 
 fn with_cu(cu: Vec<i64>) -> Result<Problem, GdnError> {
@@ -117,11 +104,11 @@ fn with_cu(cu: Vec<i64>) -> Result<Problem, GdnError> {
         "cu_seqlens".into(),
         Tensor::new(vec![cu.len()], Data::I64(cu)),
     );
-    validate(&spec, &t)
+    spec.problem(&t)
 }
 
 #[test]
-fn bad_cu_seqlens() {
+fn bad_cu_seqlens_are_rejected() {
     for cu in [
         vec![1, 2, 5],
         vec![0, 4, 3],
@@ -154,30 +141,18 @@ fn mtp_with(idx: Vec<i32>, mode: MtpMode, intermediate: bool) -> Result<Problem,
         "initial_state_indices".into(),
         Tensor::new(vec![3], Data::I32(idx)),
     );
-    validate(&spec, &t)
+    spec.problem(&t)
 }
 
 #[test]
-fn bad_pool_indices() {
+fn bad_pool_indices_are_rejected_per_mtp_mode() {
     use MtpMode::*;
     let name = "initial_state_indices";
-    let e = mtp_with(vec![0, 4, 1], Definition, false).unwrap_err();
-    assert!(
-        matches!(e, GdnError::Value { .. }) && tensor(&e) == name,
-        "{e}"
-    );
-    let e = mtp_with(vec![0, -1, 1], Definition, false).unwrap_err();
-    assert!(
-        matches!(e, GdnError::Value { .. }) && tensor(&e) == name,
-        "{e}"
-    );
+    assert_rejects!(mtp_with(vec![0, 4, 1], Definition, false), Value, name);
+    assert_rejects!(mtp_with(vec![0, -1, 1], Definition, false), Value, name);
     let e = mtp_with(vec![0, -2, 1], Serving, false).unwrap_err();
     assert_eq!(tensor(&e), name);
-    let e = mtp_with(vec![1, 1, 2], Definition, true).unwrap_err();
-    assert!(
-        matches!(e, GdnError::Value { .. }) && tensor(&e) == name,
-        "{e}"
-    );
+    assert_rejects!(mtp_with(vec![1, 1, 2], Definition, true), Value, name);
     let e = mtp_with(vec![1, 1, 2], Serving, false).unwrap_err();
     assert_eq!(tensor(&e), name);
     // Allowed: -1 padding in serving mode, duplicates when nothing is written per row.
@@ -186,21 +161,17 @@ fn bad_pool_indices() {
 }
 
 #[test]
-fn non_finite_scale() {
+fn non_finite_scale_is_rejected() {
     let spec = WorkloadSpec::decode(heads(), 2);
     for s in [f32::NAN, f32::INFINITY] {
         let mut t = generate(&spec, 1);
         t.insert("scale".into(), Tensor::scalar_f32(s));
-        let e = validate(&spec, &t).unwrap_err();
-        assert!(
-            matches!(e, GdnError::Value { .. }) && tensor(&e) == "scale",
-            "{e}"
-        );
+        assert_rejects!(spec.problem(&t), Value, "scale");
     }
 }
 
 #[test]
-fn unknown_definition_name() {
+fn unknown_definition_name_is_rejected() {
     for name in [
         "gdn_decode_qk4_v6_d128_k_last",
         "gdn_verify_qk4_v8_d128_k_last",
