@@ -8,14 +8,14 @@
 
 use anyhow::Result;
 use gdn_core::Op;
-use gdn_cuda::policy::{self, DeviceCaps, Shape};
-use gdn_cuda::registry::StateDtype;
-use gdn_cuda::report::compile_all;
+use gdn_cuda::kernels::registry::StateDtype;
+use gdn_cuda::kernels::report::compile_all;
+use gdn_cuda::plan::{self, DeviceCaps, Shape};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// NVRTC target architecture (gdn's kernels are built for sm_90a).
-    #[arg(long, default_value = policy::SUPPORTED_ARCH)]
+    #[arg(long, default_value = plan::SUPPORTED_ARCH)]
     arch: String,
     /// Also print the kernel choice for representative decode / MTP / prefill shapes.
     #[arg(long)]
@@ -31,12 +31,12 @@ pub fn main(a: Args) -> Result<()> {
     }
     println!(
         "{}",
-        gdn_cuda::nvrtc::describe().map_err(anyhow::Error::msg)?
+        gdn_cuda::runtime::nvrtc::describe().map_err(anyhow::Error::msg)?
     );
     println!(
         "target {}; CUBIN cache {}",
         a.arch,
-        gdn_cuda::nvrtc::cache_dir()
+        gdn_cuda::runtime::nvrtc::cache_dir()
             .map(|d| d.display().to_string())
             .unwrap_or_else(|| "(none: no HOME)".into())
     );
@@ -71,7 +71,7 @@ pub fn main(a: Args) -> Result<()> {
                 let report = m
                     .compiled
                     .as_ref()
-                    .is_ok_and(|c| gdn_cuda::nvrtc::has_ptxas_report(&c.log));
+                    .is_ok_and(|c| gdn_cuda::runtime::nvrtc::has_ptxas_report(&c.log));
                 failures.push(if report {
                     format!(
                         "{}: registered kernel {} is not in the compiled module",
@@ -175,7 +175,7 @@ fn print_policy() {
     }
     for (label, s) in rows {
         if s.op == Op::Prefill {
-            match policy::choose_prefill(&s, &caps, None) {
+            match plan::prefill::choose(&s, &caps, None) {
                 Ok(p) => {
                     let launches: Vec<String> = p
                         .launches()
@@ -197,7 +197,7 @@ fn print_policy() {
             }
             continue;
         }
-        match policy::choose(&s, &caps, None) {
+        match plan::select::choose(&s, &caps, None) {
             Ok(c) => println!(
                 "{label:<22} {:<34} grid {:?} block {} ({})",
                 c.variant.name, c.grid, c.block, c.why

@@ -1,11 +1,11 @@
 // recurrent.cu — Gated Delta Net decode (T = 1) and MTP / speculative verify (T = 2..8) for Hopper (sm_90a).
 //
-// Compiled at run time by NVRTC (`-arch=sm_90a -std=c++17 -I<cuda include> -I<this dir>`); includes only
-// gates.cuh (which includes <cuda_bf16.h>). No shared memory, no __syncthreads: every warp is independent.
+// Compiled at run time by NVRTC (`-arch=sm_90a -std=c++17`; headers by their path under kernels/); includes only
+// common/gates.cuh (which includes <cuda_bf16.h>). No shared memory, no __syncthreads: every warp is independent.
 //
 // ---------------------------------------------------------------------------------------------------------
-// Math (per request b, value head h, token t; fp32 throughout; GDN.md §1):
-//   g = exp(-exp(A_log[h]) * softplus(a + dt_bias[h]))      beta = sigmoid(b)          (gates.cuh)
+// Math (per request b, value head h, token t; fp32 throughout):
+//   g = exp(-exp(A_log[h]) * softplus(a + dt_bias[h]))      beta = sigmoid(b)          (common/gates.cuh)
 //   S = g*S;  u = S·k;  delta = beta*(v - u);  S += delta ⊗ k;  out = scale * S·q     (S is [V=128][K=128])
 // One pass over S per token, using   S_new·q = g·(S_old·q) + delta·(k·q):
 //   every lane forms partial dot products of its state slice with k and q (and k·q), the row's lanes reduce
@@ -48,7 +48,7 @@
 //   Lane j of a row holds K = c*CW*LPR + j*CW + e (c < NC, e < CW): each access instruction of a row group reads
 //   CW*LPR contiguous elements — fully coalesced 16-byte loads/stores along K (k-last layout).
 //
-// Why (GDN.md §3; tuning history in results/recurrent_kernels.md):
+// Why:
 //   * many CTAs per (request, head) at small batch: B=1 has only 8 heads; the B<=2 kernel uses 8 CTAs per head
 //     (64 CTAs of 8 warps; 32 CTAs per head of 4 warps measured 7% slower), the large-B kernel 1-warp CTAs.
 //   * all state loads (RPT*NC 16-byte loads per thread) and all token inputs are issued before the first use:
@@ -88,9 +88,8 @@
 //   gdn_recurrent_f32_tn_v8r4w2_lin        64       8        (8*B*HV, 1, 1)            fp32 MTP, B >= 128
 //   gdn_recurrent_bf16_tn_v4r4w2           64      16        (16B, H, HV/H)            bf16 MTP, B < 32
 //   gdn_recurrent_bf16_tn_v4r4w2_lin       64      16        (16*B*HV, 1, 1)           bf16 MTP, B >= 32
-// (the tn kernels also run T = 1 correctly, ~3-8% slower than t1 at small B). Tuning tables, measured numbers
-// and the sweep history: results/recurrent_kernels.md, results/recurrent_sweep.json.
-#include "gates.cuh"
+// (the tn kernels also run T = 1 correctly, ~3-8% slower than t1 at small B).
+#include "common/gates.cuh"
 
 // ---------------------------------------------------------------------------------------------------------
 // The one parameter block of every kernel in this file, passed by value (128 bytes, lives in the constant
@@ -99,7 +98,7 @@ struct RecurrentParams {
     const void* q;               // @0    bf16 [B, T, H, 128]
     const void* k;               // @8    bf16 [B, T, H, 128]
     const void* v;               // @16   bf16 [B, T, HV, 128]
-    const void* a;               // @24   bf16 [B, T, HV]      decay input (gates.cuh)
+    const void* a;               // @24   bf16 [B, T, HV]      decay input (common/gates.cuh)
     const void* b;               // @32   bf16 [B, T, HV]      update-gate input
     const float* A_log;          // @40   f32 [HV]
     const float* dt_bias;        // @48   f32 [HV]
@@ -374,7 +373,7 @@ __device__ __forceinline__ void recurrent_body(const RecurrentParams& p) {
             for (int r = 0; r < 2 * RPT + 1; ++r) red[r] += __shfl_xor_sync(0xffffffffu, red[r], off);
 
         // gates (every thread computes its head's). Kept after the reductions: moving them (and their loads)
-        // first made the chain serial with the reductions and B <= 16 3-7% slower (results/recurrent_kernels.md).
+        // first made the chain serial with the reductions and B <= 16 3-7% slower.
         const float g = __expf(gdn_log_decay(bf_lo(cur.a), dt_b, a_log));
         const float beta = gdn_beta(bf_lo(cur.b));
         const float kq = red[2 * RPT];
@@ -445,7 +444,6 @@ __device__ __forceinline__ void recurrent_body(const RecurrentParams& p) {
 #define GDN_REC_EXPORT(ST, SBYTES, TT, TFIX, VEC, RPT, WARPS) \
     GDN_REC_EXPORT_EX(ST, SBYTES, TT, TFIX, VEC, RPT, WARPS, 0, 0, )
 
-#ifndef GDN_REC_NO_DEFAULT_EXPORTS
 GDN_REC_EXPORT(f32, 4, t1, 1, 4, 2, 8)
 GDN_REC_EXPORT(f32, 4, t1, 1, 4, 2, 4)
 GDN_REC_EXPORT(f32, 4, t1, 1, 8, 4, 4)
@@ -457,4 +455,3 @@ GDN_REC_EXPORT(f32, 4, tn, 0, 8, 4, 2)
 GDN_REC_EXPORT_EX(f32, 4, tn, 0, 8, 4, 2, 1, 0, _lin)
 GDN_REC_EXPORT(bf16, 2, tn, 0, 4, 4, 2)
 GDN_REC_EXPORT_EX(bf16, 2, tn, 0, 4, 4, 2, 1, 0, _lin)
-#endif

@@ -1,7 +1,8 @@
-//! `CudaBackend`: gdn_core's `Backend` (host → device, one launch, device → host) and `Timed`.
+//! `CudaBackend`: gdn_core's `Backend` (host → device, one launch, device → host); its `Timed` is in `bench`.
 //!
-//! One call of a problem = the kernel launch(es) of its plan through `launch.rs` on the backend's stream (one
-//! kernel; prep + walk for the chunk64 prefill plan). How each operation maps its tensors to kernel pointers:
+//! One call of a problem = the kernel launch(es) of its plan through the raw launch API (`exec`) on the
+//! backend's stream; the device copies and the call's arguments come from `exec::io` and
+//! `abi::args::Args::for_problem`. How each operation maps its tensors to kernel pointers:
 //! * decode: `state` (or NULL) → `new_state` (a separate buffer; every row written).
 //! * prefill: `state` (or NULL) → `new_state`; `cu_seqlens` uploaded as int64. The chunk64 plan's workspace
 //!   is one device buffer cached by the backend: grown (never shrunk) when a call needs more, so a warm
@@ -11,22 +12,17 @@
 //! * MTP, serving mode: in place — `new_state == state` (the pool), index -1 = padding; `final_state` is
 //!   the pool read back.
 
-use crate::bench;
-use crate::context::{Gpu, Stream};
-use crate::launch::{KernelSet, LaunchInfo, PrefillArgs, RecurrentArgs};
-use crate::memory::DeviceBuf;
-use crate::policy::ForcedPlan;
-use crate::registry::StateDtype;
-use gdn_core::{
-    Backend, DType, GdnError, Inputs, MtpMode, Op, Outputs, Problem, Result, StateBuf, StateRef,
-    TierSamples, Timed, TimingConfig,
-};
-use half::bf16;
+use crate::abi::args::shape_of;
+use crate::exec::backend_err as be;
+use crate::exec::io::{enqueue, DeviceInputs, DeviceOutputs, Workspace};
+use crate::exec::kernel_set::KernelSet;
+use crate::exec::launch::LaunchInfo;
+use crate::plan::prefill::overrides::ForcedPlan;
+use crate::runtime::context::Gpu;
+use crate::runtime::function::Function;
+use crate::runtime::memory::DeviceBuf;
+use gdn_core::{Backend, Inputs, MtpMode, Op, Outputs, Problem, Result, StateBuf, StateRef};
 use std::sync::Mutex;
-
-pub(crate) fn be(e: String) -> GdnError {
-    GdnError::backend("cuda", e)
-}
 
 /// The CUDA backend on device 0.
 pub struct CudaBackend {
@@ -38,14 +34,7 @@ pub struct CudaBackend {
     /// Serialises use of the backend's stream and buffers.
     pub(crate) lock: Mutex<()>,
     /// The copy kernel of the bandwidth floor (`bench.rs`), loaded on first use.
-    pub(crate) copy: std::sync::OnceLock<std::result::Result<bench::CopyKernel, String>>,
-}
-
-/// A workspace handed to a launch: device address and bytes (0, 0 = none).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Workspace {
-    pub ptr: u64,
-    pub bytes: usize,
+    pub(crate) copy: std::sync::OnceLock<std::result::Result<Function, String>>,
 }
 
 impl CudaBackend {
@@ -53,8 +42,8 @@ impl CudaBackend {
     /// from the disk cache when possible).
     pub fn open() -> Result<CudaBackend> {
         let gpu = Gpu::open(0).map_err(be)?;
-        crate::nvrtc::version().map_err(be)?;
-        let kernels = KernelSet::new(gpu.info.caps(), gpu.arch)?;
+        crate::runtime::nvrtc::version().map_err(be)?;
+        let kernels = KernelSet::for_gpu(&gpu)?;
         Ok(CudaBackend {
             gpu,
             kernels,
@@ -74,12 +63,12 @@ impl CudaBackend {
 
     /// Which kernel(s) (and launch configurations) this backend would use for `p` (with `GDN_KERNEL`).
     pub fn plan(&self, p: &Problem) -> Result<LaunchInfo> {
-        Ok(self.kernels.describe(&crate::shape_of(p))?)
+        Ok(self.kernels.describe(&shape_of(p))?)
     }
 
     /// `plan` with an explicit prefill override (`None`: automatic, ignoring `GDN_KERNEL`).
     pub fn plan_with(&self, p: &Problem, force: Option<&str>) -> Result<LaunchInfo> {
-        let shape = crate::shape_of(p);
+        let shape = shape_of(p);
         if p.def.op == Op::Prefill {
             Ok(LaunchInfo::prefill(
                 &self.kernels.prefill_plan_with(&shape, force)?,
@@ -164,175 +153,8 @@ impl CudaBackend {
         out: &mut Outputs,
         plan: ForcedPlan,
     ) -> Result<LaunchInfo> {
-        let name = plan.override_for(&crate::shape_of(p), &self.kernels.caps())?;
+        let name = plan.override_for(&shape_of(p), &self.kernels.caps())?;
         self.run_with(p, x, out, Some(name))
-    }
-}
-
-/// Device copies of one input set.
-pub(crate) struct DeviceInputs {
-    q: DeviceBuf,
-    k: DeviceBuf,
-    v: DeviceBuf,
-    a: DeviceBuf,
-    b: DeviceBuf,
-    a_log: DeviceBuf,
-    dt_bias: DeviceBuf,
-    state: Option<DeviceBuf>,
-    cu_seqlens: Option<DeviceBuf>,
-    indices: Option<DeviceBuf>,
-}
-
-/// Device destinations of a call.
-pub(crate) struct DeviceOutputs {
-    out: DeviceBuf,
-    /// new_state, when it is not written in place.
-    new_state: Option<DeviceBuf>,
-    intermediate: Option<DeviceBuf>,
-}
-
-fn state_dtype(p: &Problem) -> StateDtype {
-    match p.state_out_dtype() {
-        DType::BF16 => StateDtype::BF16,
-        _ => StateDtype::F32,
-    }
-}
-
-fn state_bytes(p: &Problem) -> usize {
-    p.state_shape().iter().product::<usize>() * p.state_out_dtype().size()
-}
-
-impl DeviceInputs {
-    pub(crate) fn upload(p: &Problem, x: &Inputs, stream: Stream) -> Result<Self> {
-        let up = |d: &[bf16]| DeviceBuf::upload(d, stream).map_err(be);
-        let upf = |d: &[f32]| DeviceBuf::upload(d, stream).map_err(be);
-        let state = match x.state {
-            Some(StateRef::F32(s)) => Some(upf(s)?),
-            Some(StateRef::BF16(s)) => Some(up(s)?),
-            None => None,
-        };
-        Ok(DeviceInputs {
-            q: up(x.q)?,
-            k: up(x.k)?,
-            v: up(x.v)?,
-            a: up(x.a)?,
-            b: up(x.b)?,
-            a_log: upf(x.a_log)?,
-            dt_bias: upf(x.dt_bias)?,
-            state,
-            cu_seqlens: if p.def.op == Op::Prefill {
-                Some(DeviceBuf::upload(&x.cu_seqlens, stream).map_err(be)?)
-            } else {
-                None
-            },
-            indices: match x.state_indices {
-                Some(i) => Some(DeviceBuf::upload(i, stream).map_err(be)?),
-                None => None,
-            },
-        })
-    }
-}
-
-impl DeviceOutputs {
-    /// Destinations for `p`; `intermediate` is the caller's buffer (rows not written keep its values).
-    pub(crate) fn alloc(p: &Problem, intermediate: Option<&[f32]>, stream: Stream) -> Result<Self> {
-        let n_out = p.output_shape().iter().product::<usize>();
-        let in_place = p.def.op == Op::Mtp;
-        Ok(DeviceOutputs {
-            out: DeviceBuf::alloc(n_out * 2).map_err(be)?,
-            new_state: if in_place {
-                None
-            } else {
-                Some(DeviceBuf::alloc(state_bytes(p)).map_err(be)?)
-            },
-            intermediate: match intermediate {
-                Some(buf) if p.intermediate => Some(DeviceBuf::upload(buf, stream).map_err(be)?),
-                _ => None,
-            },
-        })
-    }
-}
-
-fn ptr(b: &Option<DeviceBuf>) -> u64 {
-    b.as_ref().map_or(0, |b| b.ptr)
-}
-
-/// Enqueues one call of `p` with device inputs `i` into destinations `o` on `stream`.
-///
-/// # Safety
-/// The buffers were sized for `p`; `stream` belongs to `kernels`' context.
-/// `ws` is the workspace from `CudaBackend::workspace_for(p, force)`; `force` is the prefill override.
-pub(crate) unsafe fn enqueue(
-    kernels: &KernelSet,
-    p: &Problem,
-    i: &DeviceInputs,
-    o: &DeviceOutputs,
-    ws: Workspace,
-    force: Option<&str>,
-    stream: Stream,
-) -> Result<LaunchInfo> {
-    let h = &p.def.heads;
-    let sd = Some(state_dtype(p));
-    match p.def.op {
-        Op::Prefill => kernels.launch_prefill_with(
-            &PrefillArgs {
-                q: i.q.ptr,
-                k: i.k.ptr,
-                v: i.v.ptr,
-                a: i.a.ptr,
-                b: i.b.ptr,
-                a_log: i.a_log.ptr,
-                dt_bias: i.dt_bias.ptr,
-                cu_seqlens: ptr(&i.cu_seqlens),
-                state: ptr(&i.state),
-                new_state: ptr(&o.new_state),
-                out: o.out.ptr,
-                workspace: ws.ptr,
-                workspace_bytes: ws.bytes,
-                num_seqs: p.dims.num_seqs,
-                total_tokens: p.dims.total_tokens,
-                max_seq_len: p.dims.max_seq_len.unwrap_or(0),
-                num_q_heads: h.num_q_heads,
-                num_v_heads: h.num_v_heads,
-                head_size: h.head_size,
-                scale: p.scale,
-                state_dtype: sd,
-            },
-            stream.0,
-            force,
-        ),
-        Op::Decode | Op::Mtp => {
-            let new_state = match (p.def.op, p.mtp_mode) {
-                (Op::Decode, _) => ptr(&o.new_state),
-                (_, MtpMode::Serving) => ptr(&i.state), // in place
-                (_, MtpMode::Definition) => 0,          // pool not updated
-            };
-            kernels.launch_recurrent(
-                &RecurrentArgs {
-                    q: i.q.ptr,
-                    k: i.k.ptr,
-                    v: i.v.ptr,
-                    a: i.a.ptr,
-                    b: i.b.ptr,
-                    a_log: i.a_log.ptr,
-                    dt_bias: i.dt_bias.ptr,
-                    state: ptr(&i.state),
-                    new_state,
-                    intermediate: ptr(&o.intermediate),
-                    out: o.out.ptr,
-                    state_indices: ptr(&i.indices),
-                    batch: p.dims.num_seqs,
-                    seq_len: p.dims.seq_len,
-                    num_state_rows: p.dims.state_rows,
-                    num_q_heads: h.num_q_heads,
-                    num_v_heads: h.num_v_heads,
-                    head_size: h.head_size,
-                    scale: p.scale,
-                    state_dtype: sd,
-                },
-                stream.0,
-            )
-        }
     }
 }
 
@@ -359,18 +181,4 @@ fn copy_pool(x: &Inputs, dst: &mut StateBuf) -> Result<()> {
         }
     }
     Ok(())
-}
-
-impl Timed for CudaBackend {
-    fn time(&self, p: &Problem, inputs: &[Inputs], cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
-        bench::time_problem(self, p, inputs, cfg)
-    }
-
-    fn time_copy(&self, bytes: u64, cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
-        bench::time_copy(self, bytes, cfg)
-    }
-
-    fn device(&self) -> String {
-        self.gpu.info.describe()
-    }
 }

@@ -1,9 +1,9 @@
-//! Timing tiers (GDN.md §4, METHOD.md). Every tier cycles through the resident input sets, warms up
+//! Timing tiers, and `Timed` for `CudaBackend`. Every tier cycles through the resident input sets, warms up
 //! first, and reports one sample per call in microseconds. A call is every launch of its plan (the chunk64
 //! prefill plan's prep and walk together: events bracket the pair, a graph captures both):
-//! * `cupti` (first, when CUPTI loads: `cupti.rs`) — before each call the same L2 flush as `kernel`; per call
+//! * `cupti` (first, when CUPTI loads: `runtime::cupti`) — before each call the same L2 flush as `kernel`; per call
 //!   the time in which at least one of its kernels runs, from CUPTI activity records: pure GPU kernel time, the
-//!   method of `shared/ANCHORS.md` (the peers' kernels summed: for launches that run one after another the union
+//!   method the peers' reference figures use (their kernels summed: for launches that run one after another the union
 //!   is that sum; under programmatic dependent launch a launch's CTAs start while its predecessor runs, and the
 //!   overlap counts once), so the number to compare with the peers'. For a call of several launches the JSON also
 //!   gives each launch's median (`launch_median_us`, in launch order; under PDL a launch's duration includes its
@@ -31,11 +31,14 @@
 //! latency (~2-3 us on an H200, measured by `gdn-cuda-smoke` as the same tier around an empty kernel) is
 //! included; the `cupti` tier is free of it.
 
-use crate::backend::{be, enqueue, CudaBackend, DeviceInputs, DeviceOutputs};
-use crate::context::{drv, Stream};
-use crate::memory::DeviceBuf;
+use crate::backend::CudaBackend;
+use crate::exec::backend_err as be;
+use crate::exec::io::{enqueue, DeviceInputs, DeviceOutputs};
+use crate::runtime::context::{drv, Stream};
+use crate::runtime::function::Function;
+use crate::runtime::memory::DeviceBuf;
 use cudarc::driver::{result, sys};
-use gdn_core::{Inputs, Problem, Result, TierSamples, TimingConfig};
+use gdn_core::{Inputs, Problem, Result, TierSamples, Timed, TimingConfig};
 
 /// Calls per captured graph.
 pub const GRAPH_CALLS: usize = 20;
@@ -101,36 +104,16 @@ const COPY_BLOCK: u32 = 512;
 /// Resident copy CTAs per SM (2048 threads: a full SM).
 const COPY_CTAS_PER_SM: u32 = 4;
 
-/// The loaded copy kernel.
-pub struct CopyKernel {
-    func: sys::CUfunction,
-}
-
-// SAFETY: a function handle is usable from any thread of its context.
-unsafe impl Send for CopyKernel {}
-unsafe impl Sync for CopyKernel {}
-
-fn copy_kernel(b: &CudaBackend) -> Result<&CopyKernel> {
+fn copy_kernel(b: &CudaBackend) -> Result<&Function> {
     b.copy
         .get_or_init(|| {
-            let c = crate::nvrtc::compile(&crate::nvrtc::Request {
-                name: "gdn_bench_copy.cu",
-                source: COPY_SRC,
-                headers: &[],
-                arch: b.gpu.arch,
-                defines: &[],
-            })?;
-            // SAFETY: a CUBIN for this device, loaded into the current context (kept for the process).
-            unsafe {
-                let m = result::module::load_data(c.cubin.as_ptr() as *const std::ffi::c_void)
-                    .map_err(|e| drv("cuModuleLoadData(copy)", e))?;
-                let func = result::module::get_function(
-                    m,
-                    std::ffi::CString::new("gdn_bench_copy").unwrap(),
-                )
-                .map_err(|e| drv("cuModuleGetFunction(copy)", e))?;
-                Ok(CopyKernel { func })
-            }
+            Function::load(
+                "gdn_bench_copy.cu",
+                COPY_SRC,
+                b.gpu.arch,
+                "gdn_bench_copy",
+                "copy",
+            )
         })
         .as_ref()
         .map_err(|e| be(e.clone()))
@@ -159,7 +142,7 @@ pub fn tiers(
     sync()?;
 
     // tier 0: cupti (L2 flushed, kernel durations from activity records), when CUPTI is there
-    let cupti = match crate::cupti::Recorder::get() {
+    let cupti = match crate::runtime::cupti::Recorder::get() {
         // a CUPTI failure (e.g. under another profiler) drops this tier, never the measurement
         Ok(rec) => cupti_tier(rec, b, &flush, sets, call, iters).unwrap_or_else(|e| {
             eprintln!("gdn bench: `cupti` tier dropped: {e}");
@@ -271,7 +254,7 @@ struct CuptiSamples {
 /// The `cupti` and `span` tiers: one probe call counts the launches of a call (none, e.g. a memcpy: no tier), then
 /// `iters` flushed calls are recorded and their kernel intervals united per call.
 fn cupti_tier(
-    rec: &crate::cupti::Recorder,
+    rec: &crate::runtime::cupti::Recorder,
     b: &CudaBackend,
     flush: &DeviceBuf,
     sets: usize,
@@ -300,9 +283,10 @@ fn cupti_tier(
         })
         .map_err(err)?;
     Ok(Some(CuptiSamples {
-        busy_us: crate::cupti::per_call_us(&recorded, per_call, iters).map_err(err)?,
-        span_us: crate::cupti::per_call_span_us(&recorded, per_call, iters).map_err(err)?,
-        launch_median_us: crate::cupti::per_launch_us(&recorded, per_call, iters)
+        busy_us: crate::runtime::cupti::per_call_us(&recorded, per_call, iters).map_err(err)?,
+        span_us: crate::runtime::cupti::per_call_span_us(&recorded, per_call, iters)
+            .map_err(err)?,
+        launch_median_us: crate::runtime::cupti::per_launch_us(&recorded, per_call, iters)
             .map_err(err)?
             .iter()
             .map(|d| median(d))
@@ -464,4 +448,18 @@ pub fn time_copy(b: &CudaBackend, bytes: u64, cfg: &TimingConfig) -> Result<Vec<
             _ => k,
         })
         .collect())
+}
+
+impl Timed for CudaBackend {
+    fn time(&self, p: &Problem, inputs: &[Inputs], cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
+        time_problem(self, p, inputs, cfg)
+    }
+
+    fn time_copy(&self, bytes: u64, cfg: &TimingConfig) -> Result<Vec<TierSamples>> {
+        time_copy(self, bytes, cfg)
+    }
+
+    fn device(&self) -> String {
+        self.gpu.info.describe()
+    }
 }

@@ -1,43 +1,38 @@
-//! gdn-cuda: the CUDA backend. Hopper (sm_90a) kernels from `kernels/*.cu`, compiled at run time by NVRTC
+//! gdn-cuda: the CUDA backend. Hopper (sm_90a) kernels from `kernels/`, compiled at run time by NVRTC
 //! (disk-cached CUBINs) and launched through cudarc's driver layer. Nothing CUDA is linked: the binary
 //! starts anywhere, and `open()` says precisely what is missing (driver, GPU, architecture, NVRTC, headers).
 //!
-//! Modules, one role each:
-//! * `loader`    — finding libcuda / libnvrtc / the CUDA headers (env, loader path, PyPI wheels)
-//! * `nvrtc`     — NVRTC calls, CUBIN compile, disk cache;  `resources` — the ptxas report parser
-//! * `sources`   — the kernel sources (embedded by build.rs, or `$GDN_KERNEL_DIR`)
-//! * `registry`  — the one table of kernel variants;  `policy` — the pure kernel choice;  `cost` — the
-//!   prefill plan cost model it uses
-//! * `params`    — `#[repr(C)]` mirrors of the kernels' params structs
-//! * `context`   — device, arch check, context, stream;  `memory` — device buffers
-//! * `launch`    — the raw-pointer launch API on a caller's stream (for framework bindings)
-//! * `backend`   — `CudaBackend`: gdn_core `Backend` + `Timed`;  `bench` — the timing tiers
-//! * `report`    — GPU-free compile of every kernel (`gdn kernels`)
+//! The crate by folder, lowest first (each imports only from those above it in this list):
+//! * `runtime/` — driver plumbing: libraries (`loader`), `nvrtc` (compile, disk cache), `context` (device,
+//!   arch check, stream), `memory`, standalone `function`s, `cupti`
+//! * `kernels/` — the kernels as data: `registry` (the table of variants and modules), `sources`,
+//!   `resources` (ptxas report), `report` (GPU-free compile of every kernel, `gdn kernels`)
+//! * `plan/` — pure, GPU-free kernel choice: the shared types (`Shape`, `DeviceCaps`, `Launch`, `Rejection`),
+//!   grids, the decode / MTP table and `select`, `prefill/` (host plans, cost model, device plan, overrides)
+//! * `abi/` — the kernels' binary interface: `params` (`#[repr(C)]` mirrors), `args` (validated launch
+//!   arguments, `Args::for_problem`)
+//! * `exec/` — the loaded `kernel_set`, one `launch`, the `prefill` and `recurrent` calls on the caller's
+//!   stream, `io` (a problem's device buffers and one enqueued call)
+//! * `backend` — `CudaBackend`: gdn_core `Backend`;  `bench` — the timing tiers and `Timed`
 
+pub mod abi;
 pub mod backend;
 pub mod bench;
-pub mod context;
-pub mod cost;
-pub mod cupti;
-pub mod device_plan;
-pub mod launch;
-pub mod loader;
-pub mod memory;
-pub mod nvrtc;
-pub mod params;
-pub mod policy;
-pub mod registry;
-pub mod report;
-pub mod resources;
-pub mod sources;
+pub mod exec;
+pub mod kernels;
+pub mod plan;
+pub mod runtime;
 
+pub use abi::args::{shape_of, Args, DevicePtrs, PrefillArgs, RecurrentArgs};
 pub use backend::CudaBackend;
-pub use device_plan::DeviceRoute;
-pub use launch::{KernelLaunch, KernelSet, LaunchInfo, PrefillArgs, RecurrentArgs};
-pub use policy::{Choice, DeviceCaps, ForcedPlan, PlanKind, PrefillPlan, Rejection, Shape};
-pub use registry::StateDtype;
+pub use exec::kernel_set::KernelSet;
+pub use exec::launch::LaunchInfo;
+pub use kernels::registry::StateDtype;
+pub use plan::prefill::overrides::ForcedPlan;
+pub use plan::prefill::{DeviceRoute, PrefillPlan};
+pub use plan::{DeviceCaps, Launch, PlanKind, Rejection, Shape};
 
-use gdn_core::{Backend, DType, Inputs, Outputs, Problem, Result, Timed};
+use gdn_core::{Backend, Inputs, Outputs, Problem, Result, Timed};
 
 /// What the CLI needs from the CUDA backend: run + time, and which plan runs.
 pub trait CudaLike: Backend + Timed {
@@ -77,23 +72,4 @@ impl CudaLike for CudaBackend {
 /// not Hopper — named with its compute capability —, no NVRTC or headers, with the places searched).
 pub fn open() -> Result<Box<dyn CudaLike>> {
     Ok(Box::new(CudaBackend::open()?))
-}
-
-/// The policy's view of a validated problem.
-pub fn shape_of(p: &Problem) -> Shape {
-    let h = &p.def.heads;
-    Shape {
-        op: p.def.op,
-        num_q_heads: h.num_q_heads,
-        num_v_heads: h.num_v_heads,
-        head_size: h.head_size,
-        num_seqs: p.dims.num_seqs,
-        seq_len: p.dims.seq_len,
-        total_tokens: p.dims.total_tokens,
-        max_seq_len: p.dims.max_seq_len.unwrap_or(0),
-        state: match p.state_out_dtype() {
-            DType::BF16 => StateDtype::BF16,
-            _ => StateDtype::F32,
-        },
-    }
 }

@@ -1,35 +1,24 @@
-//! The device plan (`device_plan.rs`): which blind prefill calls get it, what it launches, and the thresholds and
-//! segment lengths the kernels will read. GPU-free; the routes' correctness is `gdn check`'s (every case runs each
-//! forced route on the device).
+//! The device plan (`plan::prefill::device`): which blind prefill calls get it, what it launches, and the thresholds
+//! and segment lengths the kernels will read. GPU-free; the routes' correctness is `gdn check`'s (every case runs
+//! each forced route on the device).
 
-use gdn_core::Op;
-use gdn_cuda::cost;
-use gdn_cuda::device_plan::{self, DeviceRoute, Thresholds, DEVICE_PLAN_MAX_N};
-use gdn_cuda::policy::{choose_prefill, DeviceCaps, PlanKind, PrefillPlan, Rejection, Shape};
-use gdn_cuda::registry::{
-    self, prefill64_cp_workspace_bytes, prefill64_workspace_bytes, StateDtype,
+mod common;
+
+use common::{blind, H100};
+use gdn_cuda::kernels::registry::StateDtype;
+use gdn_cuda::plan::grid;
+use gdn_cuda::plan::prefill::cost::{self, EXIT_LAUNCH_US, EXIT_WAVE_US};
+use gdn_cuda::plan::prefill::device::{self, DEVICE_PLAN_MAX_N};
+use gdn_cuda::plan::prefill::workspace::{
+    prefill64_cp_workspace_bytes, prefill64_workspace_bytes, DP_COUNTER_BYTES,
 };
-
-const H200: DeviceCaps = DeviceCaps::HOPPER_132;
-
-fn blind(n: usize, t: usize, hv: usize) -> Shape {
-    Shape {
-        op: Op::Prefill,
-        num_q_heads: if hv.is_multiple_of(4) { hv / 2 } else { 1 },
-        num_v_heads: hv,
-        head_size: 128,
-        num_seqs: n,
-        seq_len: 0,
-        total_tokens: t,
-        max_seq_len: 0,
-        state: StateDtype::F32,
-    }
-}
+use gdn_cuda::plan::prefill::{self, host, types, DeviceRoute, PrefillPlan, Thresholds};
+use gdn_cuda::plan::{PlanKind, Rejection, Shape};
 
 fn thresholds(p: &PrefillPlan) -> Thresholds {
-    match p {
-        PrefillPlan::Device { thresholds, .. } => *thresholds,
-        other => panic!("not a device plan: {}", other.label()),
+    match p.device() {
+        Some(d) => d.thresholds,
+        None => panic!("not a device plan: {}", p.label()),
     }
 }
 
@@ -38,7 +27,7 @@ fn blind_calls_that_can_be_skewed_are_planned_on_the_device() {
     // 40 sequences of 8192 tokens (the contest-like mix has eleven such calls; their longest sequence runs from 913
     // to 5637 tokens): the fused launch for near-equal lengths, the chunk64 plan above run_from
     let s = blind(40, 8192, 8);
-    let p = choose_prefill(&s, &H200, None).unwrap();
+    let p = prefill::choose(&s, &H100, None).unwrap();
     assert_eq!(p.kind(), PlanKind::Device, "{}", p.label());
     let th = thresholds(&p);
     assert!(th.run_from > 8192 / 40 && th.run_from < 8192, "{th:?}");
@@ -66,12 +55,12 @@ fn blind_calls_that_can_be_skewed_are_planned_on_the_device() {
         ..s.clone()
     };
     assert_ne!(
-        choose_prefill(&hinted, &H200, None).unwrap().kind(),
+        prefill::choose(&hinted, &H100, None).unwrap().kind(),
         PlanKind::Device
     );
     // GDN_KERNEL=host keeps the host's equal-length plan
     assert_ne!(
-        choose_prefill(&s, &H200, Some("host")).unwrap().kind(),
+        prefill::choose(&s, &H100, Some("host")).unwrap().kind(),
         PlanKind::Device
     );
 }
@@ -84,16 +73,16 @@ fn calls_the_device_plan_cannot_help_stay_on_the_host() {
         blind(DEVICE_PLAN_MAX_N as usize + 1, 1 << 16, 8), // more lengths than a warp reads
         blind(3, 0, 8),                                    // nothing to do
     ] {
-        let p = choose_prefill(&s, &H200, None).unwrap();
+        let p = prefill::choose(&s, &H100, None).unwrap();
         assert_ne!(p.kind(), PlanKind::Device, "{s:?}: {}", p.label());
     }
 }
 
 #[test]
 fn odd_value_heads_get_no_fused_launch() {
-    let p = choose_prefill(&blind(40, 8192, 3), &H200, None).unwrap();
-    if let PrefillPlan::Device { fused, .. } = &p {
-        assert!(fused.is_none(), "{}", p.label());
+    let p = prefill::choose(&blind(40, 8192, 3), &H100, None).unwrap();
+    if let Some(d) = p.device() {
+        assert!(d.fused.is_none(), "{}", p.label());
         assert_eq!(thresholds(&p).run_from, 0);
     }
     assert!(!p.label().contains("gdn_prefill_f32"), "{}", p.label());
@@ -130,7 +119,7 @@ fn model_thresholds_follow_the_hinted_picks() {
     // the kinds the host picks with each longest length hinted: fused below run_from, cp at or above cp_from
     for (n, t) in [(40usize, 8192usize), (12, 8192), (4, 2564), (2, 2413)] {
         let s = blind(n, t, 8);
-        let Some(th) = device_plan::model_thresholds(&s, &H200) else {
+        let Some(th) = device::model_thresholds(&s, &H100, &host::plan) else {
             continue;
         };
         let kind_at = |x: u64| {
@@ -138,7 +127,7 @@ fn model_thresholds_follow_the_hinted_picks() {
                 max_seq_len: x as usize,
                 ..s.clone()
             };
-            choose_prefill(&h, &H200, None).unwrap().kind()
+            prefill::choose(&h, &H100, None).unwrap().kind()
         };
         if th.run_from > 64 && th.run_from != u64::MAX {
             assert_eq!(
@@ -165,31 +154,23 @@ fn model_thresholds_follow_the_hinted_picks() {
 fn forced_routes_launch_every_candidate() {
     let s = blind(57, 8000, 8);
     for route in DeviceRoute::FORCED {
-        let p = choose_prefill(&s, &H200, Some(route.override_name())).unwrap();
-        let PrefillPlan::Device {
-            fused,
-            fused_skew,
-            prep,
-            walk,
-            cp,
-            thresholds: th,
-            ..
-        } = &p
-        else {
+        let p = prefill::choose(&s, &H100, Some(route.override_name())).unwrap();
+        let Some(d) = p.device() else {
             panic!("{route:?}: {}", p.label())
         };
+        let th = &d.thresholds;
         assert!(
-            fused.is_some()
-                && fused_skew.is_some()
-                && prep.is_some()
-                && walk.is_some()
-                && cp.is_some(),
+            d.fused.is_some()
+                && d.fused_skew.is_some()
+                && d.prep.is_some()
+                && d.walk.is_some()
+                && d.cp.is_some(),
             "{route:?}"
         );
         // two different tiles
         assert_ne!(
-            fused.as_ref().unwrap().variant.name,
-            fused_skew.as_ref().unwrap().variant.name
+            d.fused.as_ref().unwrap().variant.name,
+            d.fused_skew.as_ref().unwrap().variant.name
         );
         assert!(
             p.label().starts_with(route.override_name()),
@@ -209,13 +190,13 @@ fn forced_routes_launch_every_candidate() {
             }
         }
         // the cp launches are sized for the smallest L the device takes
-        let [pass1, ..] = cp.as_ref().unwrap();
-        let g = registry::prefill64_seg_slots(8000, 57, th.cp_l_lo);
+        let [pass1, ..] = d.cp.as_ref().unwrap();
+        let g = grid::prefill64_seg_slots(8000, 57, th.cp_l_lo);
         assert_eq!(pass1.grid.0 as u64, g, "{route:?}");
     }
     // the device reads at most DEVICE_PLAN_MAX_N lengths: a forced route past that is refused, naming why
     let wide = blind(DEVICE_PLAN_MAX_N as usize + 1, 1 << 16, 8);
-    match choose_prefill(&wide, &H200, Some("device-cp")) {
+    match prefill::choose(&wide, &H100, Some("device-cp")) {
         Err(Rejection::Override { problem, .. }) => {
             assert!(problem.contains("at most"), "{problem}")
         }
@@ -225,71 +206,61 @@ fn forced_routes_launch_every_candidate() {
 
 #[test]
 fn the_launches_after_the_prep_are_persistent_and_exit_in_one_wave() {
-    // prefill64 v15: the walk, the cp passes and the scan launch at most one wave of CTAs, which loop over the grid the
-    // host sized (the choice's grid, passed as vgrid); the prep and the fused tiles keep their grids
+    // the walk, the cp passes and the scan launch at most one wave of CTAs, which loop over the grid the host sized
+    // (the launch's grid, passed as vgrid); the prep and the fused tiles keep their grids
     let s = blind(57, 8000, 8);
-    let p = choose_prefill(&s, &H200, Some(DeviceRoute::Cp.override_name())).unwrap();
-    let PrefillPlan::Device {
-        fused,
-        prep,
-        walk,
-        cp,
-        ..
-    } = &p
-    else {
+    let p = prefill::choose(&s, &H100, Some(DeviceRoute::Cp.override_name())).unwrap();
+    let Some(d) = p.device() else {
         panic!("{}", p.label())
     };
     let (fused, prep, walk) = (
-        fused.as_ref().unwrap(),
-        prep.as_ref().unwrap(),
-        walk.as_ref().unwrap(),
+        d.fused.as_ref().unwrap(),
+        d.prep.as_ref().unwrap(),
+        d.walk.as_ref().unwrap(),
     );
-    let sms = H200.sm_count as u64;
-    assert!(!device_plan::persistent(fused) && !device_plan::persistent(prep));
-    assert_eq!(device_plan::launched_ctas(prep, sms), prep.ctas());
-    assert_eq!(device_plan::launched_ctas(fused, sms), fused.ctas());
+    let sms = H100.sm_count as u64;
+    assert!(!types::persistent(fused) && !types::persistent(prep));
+    assert_eq!(types::launched_ctas(prep, sms), prep.ctas());
+    assert_eq!(types::launched_ctas(fused, sms), fused.ctas());
     // the walk: 57·8·2 CTAs of 127 KB of shared memory, one per SM → one wave of 132
     assert_eq!(walk.ctas(), 57 * 8 * 2);
-    assert!(device_plan::persistent(walk));
-    assert_eq!(device_plan::launched_ctas(walk, sms), sms);
-    for c in cp.as_ref().unwrap().iter().filter(|c| !c.is_empty()) {
-        assert!(device_plan::persistent(c), "{}", c.variant.name);
+    assert!(types::persistent(walk));
+    assert_eq!(types::launched_ctas(walk, sms), sms);
+    for c in d.cp.as_ref().unwrap().iter().filter(|c| !c.is_empty()) {
+        assert!(types::persistent(c), "{}", c.variant.name);
         assert!(
-            device_plan::launched_ctas(c, sms) <= sms.min(c.ctas()),
+            types::launched_ctas(c, sms) <= sms.min(c.ctas()),
             "{}",
             c.variant.name
         );
     }
     // an exiting launch costs a launch plus its waves: one wave for the persistent walk, several for the prep
-    let one = device_plan::EXIT_LAUNCH_US + device_plan::EXIT_WAVE_US;
-    assert!((device_plan::exit_us(walk, sms) - one).abs() < 1e-9);
-    assert!(device_plan::exit_us(prep, sms) > one);
+    let one = EXIT_LAUNCH_US + EXIT_WAVE_US;
+    assert!((device::exit_us(walk, sms) - one).abs() < 1e-9);
+    assert!(device::exit_us(prep, sms) > one);
     // the item counters follow the workspace, which keeps its alignment
     assert_eq!(p.workspace_bytes() % 256, 0);
     assert!(
         p.workspace_bytes()
             >= prefill64_cp_workspace_bytes(8000, 57, 8, thresholds(&p).cp_l_lo)
                 .max(prefill64_workspace_bytes(8000, 57, 8))
-                + device_plan::DP_COUNTER_BYTES
+                + DP_COUNTER_BYTES
     );
 }
 
 #[test]
 fn one_fused_tile_hands_over_where_its_own_estimate_loses() {
-    // session 27: run_from is where the launched tile's estimate exceeds the prefill64 plans', not where the hinted pick
-    // (with the best tile at each length) stops being fused: the mix's 40-sequence calls would otherwise run bv128 up
-    // to ~1800 tokens, where bv64 is the hinted pick and chunk64 beats bv128 by ~40 us
-    let sms = H200.sm_count as u64;
+    // run_from is where the launched tile's estimate exceeds the prefill64 plans', not where the hinted pick (with the
+    // best tile at each length) stops being fused: the mix's 40-sequence calls would otherwise run bv128 up to ~1800
+    // tokens, where bv64 is the hinted pick and chunk64 beats bv128 by ~40 us
+    let sms = H100.sm_count as u64;
     for (n, t) in [(42, 8192), (57, 8192), (31, 1527)] {
         let s = blind(n, t, 8);
-        let p = choose_prefill(&s, &H200, None).unwrap();
-        let PrefillPlan::Device {
-            fused: Some(f),
-            fused_skew: None,
-            thresholds: th,
-            ..
-        } = &p
-        else {
+        let p = prefill::choose(&s, &H100, None).unwrap();
+        let Some(d) = p.device() else {
+            panic!("{n}x{t}: {}", p.label())
+        };
+        let (Some(f), None, th) = (&d.fused, &d.fused_skew, &d.thresholds) else {
             panic!("{n}x{t}: {}", p.label())
         };
         assert!(th.run_from < u64::MAX && th.run_from > 0, "{n}x{t}: {th:?}");
@@ -299,8 +270,8 @@ fn one_fused_tile_hands_over_where_its_own_estimate_loses() {
                 ..s.clone()
             };
             (
-                // (the tile's own estimate: session 28's split bv128 build where the launch is one)
-                gdn_cuda::policy::fused_tile_us(&sx, f.variant, sms),
+                // (the tile's own estimate: the split bv128 build's where the launch is one)
+                host::fused_tile_us(&sx, f.variant, sms),
                 cost::prefill64_best_us(&sx, sms),
             )
         };
@@ -328,17 +299,17 @@ fn the_device_plan_is_chosen_by_expected_cost() {
         (64, 65_536),
     ] {
         let s = blind(n, t, 8);
-        let p = choose_prefill(&s, &H200, None).unwrap();
-        let host = choose_prefill(&s, &H200, Some("host")).unwrap();
+        let p = prefill::choose(&s, &H100, None).unwrap();
+        let host = prefill::choose(&s, &H100, Some("host")).unwrap();
         if p.kind() == PlanKind::Device {
             let (dev, h) = (
-                device_plan::expected_us(&s, &p, 132),
-                device_plan::expected_us(&s, &host, 132),
+                device::expected_us(&s, &p, 132),
+                device::expected_us(&s, &host, 132),
             );
             assert!(dev < h, "{n}x{t}: device {dev:.1} vs host {h:.1}");
         }
         // and it is remembered: the same call gets the same plan
-        assert_eq!(choose_prefill(&s, &H200, None).unwrap(), p);
+        assert_eq!(prefill::choose(&s, &H100, None).unwrap(), p);
     }
 }
 
@@ -360,7 +331,7 @@ fn every_route_plans_edge_shapes() {
             s.state = StateDtype::BF16;
         }
         for route in std::iter::once(DeviceRoute::Model).chain(DeviceRoute::FORCED) {
-            match choose_prefill(&s, &H200, Some(route.override_name())) {
+            match prefill::choose(&s, &H100, Some(route.override_name())) {
                 Ok(p) => assert_eq!(p.kind(), PlanKind::Device),
                 // (a forced cp route's workspace can pass the cap, as a forced cp plan's does: refused, saying so)
                 Err(Rejection::Workspace { .. }) => assert!(route != DeviceRoute::Model),
@@ -373,14 +344,15 @@ fn every_route_plans_edge_shapes() {
 #[test]
 fn nearby_token_counts_share_thresholds() {
     // T in one bucket (5 significant bits) gets the bucket's thresholds, with launches sized for its own T
-    let a = choose_prefill(&blind(40, 8192, 8), &H200, None).unwrap();
-    let b = choose_prefill(&blind(40, 8192 + 200, 8), &H200, None).unwrap();
+    let a = prefill::choose(&blind(40, 8192, 8), &H100, None).unwrap();
+    let b = prefill::choose(&blind(40, 8192 + 200, 8), &H100, None).unwrap();
     assert_eq!(thresholds(&a), thresholds(&b));
-    let (PrefillPlan::Device { prep: Some(pa), .. }, PrefillPlan::Device { prep: Some(pb), .. }) =
-        (&a, &b)
-    else {
+    let (Some(pa), Some(pb)) = (
+        a.device().and_then(|d| d.prep.as_ref()),
+        b.device().and_then(|d| d.prep.as_ref()),
+    ) else {
         panic!("{} / {}", a.label(), b.label())
     };
-    assert_eq!(pa.grid.0 as u64, registry::prefill64_slots(8192, 40) * 8);
-    assert_eq!(pb.grid.0 as u64, registry::prefill64_slots(8392, 40) * 8);
+    assert_eq!(pa.grid.0 as u64, grid::prefill64_slots(8192, 40) * 8);
+    assert_eq!(pb.grid.0 as u64, grid::prefill64_slots(8392, 40) * 8);
 }

@@ -2,7 +2,7 @@
 //! every registered kernel is in its module, and no hot kernel spills. Skips when NVRTC is not installed,
 //! except under CI=true, where NVRTC (the PyPI wheel) must be found.
 
-use gdn_cuda::{loader, report};
+use gdn_cuda::{kernels::report, runtime::loader};
 
 #[test]
 fn every_kernel_compiles_for_sm90a_without_spills_in_hot_kernels() {

@@ -1,8 +1,8 @@
 //! The registry against the kernel sources (GPU-free): every registered kernel is exported by its source,
 //! every exported kernel is registered, and the params structs' offsets match the .cu files' comments.
 
-use gdn_cuda::registry;
-use gdn_cuda::sources::SourceSet;
+use gdn_cuda::kernels::registry;
+use gdn_cuda::kernels::sources::SourceSet;
 use std::collections::BTreeSet;
 
 /// Names of kernels a source exports when compiled with `defines` (`NAME` or `NAME=VALUE`): `extern "C"
@@ -135,10 +135,15 @@ fn registry_and_sources_agree() {
 }
 
 /// Offsets written in the field comments of a params struct (`// @16` or `//  16:`), in field order.
-fn commented_offsets(src: &str, name: &str) -> Vec<usize> {
-    let start = src
-        .find(&format!("struct {name} {{"))
-        .expect("struct present");
+fn commented_offsets(s: &SourceSet, name: &str) -> Vec<usize> {
+    let head = format!("struct {name} {{");
+    let src = s
+        .files
+        .iter()
+        .map(|(_, text)| text.as_str())
+        .find(|text| text.contains(&head))
+        .unwrap_or_else(|| panic!("no kernel file defines `{head}`"));
+    let start = src.find(&head).unwrap();
     let body = &src[start..start + src[start..].find("};").unwrap()];
     body.lines()
         .filter(|l| l.split("//").next().unwrap().contains(';') && l.contains("//"))
@@ -158,7 +163,7 @@ fn commented_offsets(src: &str, name: &str) -> Vec<usize> {
 
 #[test]
 fn params_offsets_match_the_cuda_comments() {
-    use gdn_cuda::params::{PrefillParams, RecurrentParams};
+    use gdn_cuda::abi::params::{PrefillParams, RecurrentParams};
     use std::mem::offset_of;
     let s = SourceSet::embedded();
     let rec = [
@@ -181,10 +186,7 @@ fn params_offsets_match_the_cuda_comments() {
         offset_of!(RecurrentParams, num_qk_heads),
         offset_of!(RecurrentParams, num_v_heads),
     ];
-    assert_eq!(
-        commented_offsets(s.get("recurrent.cu").unwrap(), "RecurrentParams"),
-        rec
-    );
+    assert_eq!(commented_offsets(&s, "RecurrentParams"), rec);
     let pre = [
         offset_of!(PrefillParams, q),
         offset_of!(PrefillParams, k),
@@ -203,11 +205,8 @@ fn params_offsets_match_the_cuda_comments() {
         offset_of!(PrefillParams, num_v_heads),
         offset_of!(PrefillParams, lead_rows),
     ];
-    assert_eq!(
-        commented_offsets(s.get("prefill.cu").unwrap(), "PrefillParams"),
-        pre
-    );
-    use gdn_cuda::params::Prefill64Params as P64;
+    assert_eq!(commented_offsets(&s, "PrefillParams"), pre);
+    use gdn_cuda::abi::params::Prefill64Params as P64;
     let pre64 = [
         offset_of!(P64, q),
         offset_of!(P64, k),
@@ -228,11 +227,8 @@ fn params_offsets_match_the_cuda_comments() {
         offset_of!(P64, num_v_heads),
         offset_of!(P64, seg_chunks),
     ];
-    assert_eq!(
-        commented_offsets(s.get("prefill64.cu").unwrap(), "Prefill64Params"),
-        pre64
-    );
-    for (file, text) in gdn_cuda::params::CUDA_SIZE_ASSERTS {
+    assert_eq!(commented_offsets(&s, "Prefill64Params"), pre64);
+    for (file, text) in gdn_cuda::abi::params::CUDA_SIZE_ASSERTS {
         assert!(
             s.get(file).unwrap().contains(text),
             "{file}: missing `{text}`"
@@ -245,7 +241,7 @@ fn params_offsets_match_the_cuda_comments() {
 /// than one chunk, 0 for an empty batch.
 #[test]
 fn prefill_lead_rows_are_bounded_by_the_tensors_and_one_chunk() {
-    use gdn_cuda::launch::PrefillArgs;
+    use gdn_cuda::abi::args::PrefillArgs;
     for (t, want) in [
         (0usize, 0i32),
         (1, 1),
@@ -261,4 +257,79 @@ fn prefill_lead_rows_are_bounded_by_the_tensors_and_one_chunk() {
         assert_eq!(args.params().lead_rows, want, "T = {t}");
     }
     assert_eq!(registry::prefill::CHUNK, 16);
+}
+
+mod table {
+    use gdn_cuda::kernels::registry::*;
+
+    /// Kernel names are unique in the table.
+    #[test]
+    fn names_are_unique() {
+        for (i, a) in VARIANTS.iter().enumerate() {
+            assert!(
+                VARIANTS[i + 1..].iter().all(|b| b.name != a.name),
+                "{}",
+                a.name
+            );
+        }
+    }
+
+    /// Every launch constant the table states as a C++ expression is appended to its module's compile (and the
+    /// device plan's builds check their own constants and those of the module they are built from).
+    #[test]
+    fn prefill64_constants_are_checked_against_the_source() {
+        let text = checks_appendix(&PREFILL64);
+        for (expr, value) in [
+            (prefill64::PREP_SMEM_EXPR, prefill64::PREP_SMEM as u64),
+            (prefill64::WALK_SMEM_EXPR, prefill64::WALK_SMEM as u64),
+            (prefill64::WS_CHUNK_BYTES_EXPR, prefill64::WS_CHUNK_BYTES),
+        ] {
+            assert!(
+                text.contains(&format!("({expr}), {value}>")),
+                "{expr} not checked:\n{text}"
+            );
+        }
+        // prep + two walks + two pass-1 + two scans + two pass-3 (dynamic smem each) + params size + the
+        // workspace constant
+        assert_eq!(text.matches("gdn_registry_check<").count(), 9 + 2);
+        assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 147472>"));
+        assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
+        assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
+        // the wide module: its four passes' smem and the params size, nothing of the other module
+        let wide = checks_appendix(&PREFILL64_WIDE);
+        assert_eq!(wide.matches("gdn_registry_check<").count(), 4 + 1);
+        assert_eq!(
+            wide.matches("(gdn_prefill64::WALK2_SMEM), 152592>").count(),
+            4
+        );
+        assert!(!wide.contains("WALK_SMEM)") && !wide.contains("PREP_SMEM"));
+        // the device plan's builds: the same kernels' checks, the base params and workspace constants, their own
+        // params size and (prefill64_dp) the sequence limit and the persistent launches' count (vgrid)
+        let dp = checks_appendix(&PREFILL64_DP);
+        assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 2 + 3);
+        assert!(dp.contains("(sizeof(Prefill64Params)), 128>"));
+        assert!(dp.contains("(sizeof(Prefill64PlanParams)), 224>"));
+        assert!(dp.contains("(DEVICE_PLAN_MAX_N), 256>"));
+        assert!(dp.contains("(DP_LAUNCHES), 5>"));
+        let wide_dp = checks_appendix(&PREFILL64_WIDE_DP);
+        assert_eq!(wide_dp.matches("gdn_registry_check<").count(), 4 + 1 + 1);
+        assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 128>"));
+        assert_eq!(
+            modules()
+                .iter()
+                .filter(|m| m.source == "prefill_chunk64/prefill_chunk64.cu")
+                .count(),
+            4
+        );
+        assert_eq!(
+            device_plan_module(&PREFILL64_WIDE),
+            Some(&PREFILL64_WIDE_DP)
+        );
+        assert_eq!(device_plan_module(&RECURRENT), None);
+        assert_eq!(
+            module_variants(&PREFILL64_DP).count(),
+            module_variants(&PREFILL64).count()
+        );
+        assert!(checks_appendix(&PREFILL).contains("(gdn_prefill::C), 16>"));
+    }
 }

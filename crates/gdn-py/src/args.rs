@@ -7,53 +7,13 @@
 //! values that always pass). The caller checks the real values afterwards where they are on the host
 //! ([`crate::host`]); for CUDA tensors they are not checked (that would need a device-to-host copy and a sync).
 
-use crate::objects::ints;
+use crate::desc::Desc;
 use gdn_core::definition::TensorSpec;
 use gdn_core::{
     DType, Data, Definition, GdnError, Heads, MtpMode, Op, Problem, RunOptions, Tensor, TensorMap,
 };
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
-
-/// `(address, shape, element strides, dtype name, device)` as built by `gdn._desc` (or, for torch CUDA tensors,
-/// by [`crate::objects`]); device -1 = host,
-/// n >= 0 = CUDA device n. A stride of -1 means "not a whole number of elements" (never contiguous).
-#[derive(Clone, Debug)]
-pub struct Desc(pub u64, pub Vec<usize>, pub Vec<i64>, pub String, pub i64);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for Desc {
-    type Error = PyErr;
-
-    fn extract(ob: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let t = ob.cast::<PyTuple>()?;
-        Ok(Desc(
-            t.get_item(0)?.extract()?,
-            ints(&t.get_item(1)?)?,
-            ints(&t.get_item(2)?)?,
-            t.get_item(3)?.extract()?,
-            t.get_item(4)?.extract()?,
-        ))
-    }
-}
-
-impl Desc {
-    pub fn ptr(&self) -> u64 {
-        self.0
-    }
-    pub fn shape(&self) -> &[usize] {
-        &self.1
-    }
-    pub fn numel(&self) -> usize {
-        self.1.iter().product()
-    }
-    pub fn device(&self) -> i64 {
-        self.4
-    }
-    pub fn dtype(&self) -> Option<DType> {
-        DType::from_name(&self.3)
-    }
-}
 
 /// Where a call runs: on the host (CPU backend) or on one CUDA device.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

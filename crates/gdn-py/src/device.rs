@@ -1,4 +1,4 @@
-//! Device path: CUDA tensors launch gdn-cuda's kernels through its raw-pointer API (`launch.rs`) on the
+//! Device path: CUDA tensors launch gdn-cuda's kernels through its raw-pointer API (`gdn_cuda::exec`) on the
 //! caller's stream — the tensors' own device pointers, no allocation, no copy, no host synchronisation.
 //! The chunk64 prefill plan's workspace is allocated by the Python layer through torch (its caching
 //! allocator, on the tensors' device: graph-capturable) between `workspace_bytes` and `run`.
@@ -8,10 +8,11 @@
 //! that nothing is compiled inside a CUDA-graph capture. A failure is remembered and re-raised as a
 //! `RuntimeError` naming what is missing (driver, GPU, architecture, NVRTC, headers).
 
-use crate::args::{gdn_err, ArgError, Checked, Desc};
-use gdn_core::{DType, MtpMode, Op};
-use gdn_cuda::context::Gpu;
-use gdn_cuda::{KernelSet, PrefillArgs, PrefillPlan, RecurrentArgs, StateDtype};
+use crate::args::{gdn_err, ArgError, Checked};
+use crate::desc::Desc;
+use gdn_core::Op;
+use gdn_cuda::runtime::context::Gpu;
+use gdn_cuda::{Args, DevicePtrs, KernelSet, PrefillPlan};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -48,11 +49,11 @@ impl Drop for RestoreCtx {
 }
 
 fn open(dev: i32) -> Result<DeviceKernels, String> {
-    gdn_cuda::loader::driver()?;
+    gdn_cuda::runtime::loader::driver()?;
     let _restore = RestoreCtx::save();
     let gpu = Gpu::open(dev)?;
-    gdn_cuda::nvrtc::version()?;
-    let kernels = KernelSet::new(gpu.info.caps(), gpu.arch).map_err(|e| e.to_string())?;
+    gdn_cuda::runtime::nvrtc::version()?;
+    let kernels = KernelSet::for_gpu(&gpu).map_err(|e| e.to_string())?;
     // Compile and load every module now; a module that fails only disables its own kernels (the launch
     // that needs one reports why), so the failures are not fatal here.
     let _ = kernels.load_all();
@@ -70,14 +71,6 @@ fn device(dev: i32) -> Result<Arc<DeviceKernels>, String> {
 /// Why the CUDA backend cannot be used on device 0, or None.
 pub fn unavailable_reason() -> Option<String> {
     device(0).err()
-}
-
-fn state_dtype(d: DType) -> StateDtype {
-    if d == DType::BF16 {
-        StateDtype::BF16
-    } else {
-        StateDtype::F32
-    }
 }
 
 /// The prefill plan of a validated call on device `dev` (None for decode, MTP and calls without sequences),
@@ -119,75 +112,39 @@ pub fn run(
     let _restore = RestoreCtx::save();
     d.gpu.bind().map_err(fail)?;
     let ptr = |n: &str| c.get(n).map_or(0, Desc::ptr);
-    let h = &p.def.heads;
-    let sd = Some(state_dtype(p.state_out_dtype()));
+    let ptrs = DevicePtrs {
+        q: ptr("q"),
+        k: ptr("k"),
+        v: ptr("v"),
+        a: ptr("a"),
+        b: ptr("b"),
+        a_log: ptr("A_log"),
+        dt_bias: ptr("dt_bias"),
+        // MTP's state is the pool (`initial_state`); decode and prefill name it `state`
+        state: ptr(if op == Op::Mtp {
+            "initial_state"
+        } else {
+            "state"
+        }),
+        new_state: state_out.map_or(0, Desc::ptr),
+        intermediate: ptr("intermediate_states_buffer"),
+        out: output.ptr(),
+        state_indices: ptr("initial_state_indices"),
+        cu_seqlens: ptr("cu_seqlens"),
+        workspace: workspace.map_or(0, Desc::ptr),
+        workspace_bytes: workspace.map_or(0, Desc::numel),
+    };
     let cu_stream = stream as usize as cudarc::driver::sys::CUstream;
     // SAFETY: every pointer comes from a validated descriptor: a live CUDA tensor of device `dev` with the
     // dtype and exact shape the kernels expect (contiguous, 16-byte aligned), kept alive by the Python
     // caller until the call returns and by the caller's stream order afterwards (as for any torch op).
     let r = unsafe {
-        match op {
-            Op::Prefill => {
-                let args = PrefillArgs {
-                    q: ptr("q"),
-                    k: ptr("k"),
-                    v: ptr("v"),
-                    a: ptr("a"),
-                    b: ptr("b"),
-                    a_log: ptr("A_log"),
-                    dt_bias: ptr("dt_bias"),
-                    cu_seqlens: ptr("cu_seqlens"),
-                    state: ptr("state"),
-                    new_state: state_out.map_or(0, Desc::ptr),
-                    out: output.ptr(),
-                    workspace: workspace.map_or(0, Desc::ptr),
-                    workspace_bytes: workspace.map_or(0, Desc::numel),
-                    num_seqs: p.dims.num_seqs,
-                    total_tokens: p.dims.total_tokens,
-                    max_seq_len: p.dims.max_seq_len.unwrap_or(0),
-                    num_q_heads: h.num_q_heads,
-                    num_v_heads: h.num_v_heads,
-                    head_size: h.head_size,
-                    scale: p.scale,
-                    state_dtype: sd,
-                };
-                match plan {
-                    Some(plan) => d.kernels.launch_prefill_plan(&args, plan, cu_stream),
-                    None => d.kernels.launch_prefill(&args, cu_stream),
-                }
+        match (Args::for_problem(p, &ptrs), plan) {
+            (Args::Prefill(args), Some(plan)) => {
+                d.kernels.launch_prefill_plan(&args, plan, cu_stream)
             }
-            Op::Decode | Op::Mtp => {
-                let (state, new_state) = match (op, p.mtp_mode) {
-                    (Op::Decode, _) => (ptr("state"), state_out.map_or(0, Desc::ptr)),
-                    (_, MtpMode::Serving) => (ptr("initial_state"), ptr("initial_state")),
-                    (_, MtpMode::Definition) => (ptr("initial_state"), 0),
-                };
-                d.kernels.launch_recurrent(
-                    &RecurrentArgs {
-                        q: ptr("q"),
-                        k: ptr("k"),
-                        v: ptr("v"),
-                        a: ptr("a"),
-                        b: ptr("b"),
-                        a_log: ptr("A_log"),
-                        dt_bias: ptr("dt_bias"),
-                        state,
-                        new_state,
-                        intermediate: ptr("intermediate_states_buffer"),
-                        out: output.ptr(),
-                        state_indices: ptr("initial_state_indices"),
-                        batch: p.dims.num_seqs,
-                        seq_len: p.dims.seq_len,
-                        num_state_rows: p.dims.state_rows,
-                        num_q_heads: h.num_q_heads,
-                        num_v_heads: h.num_v_heads,
-                        head_size: h.head_size,
-                        scale: p.scale,
-                        state_dtype: sd,
-                    },
-                    cu_stream,
-                )
-            }
+            (Args::Prefill(args), None) => d.kernels.launch_prefill(&args, cu_stream),
+            (Args::Recurrent(args), _) => d.kernels.launch_recurrent(&args, cu_stream),
         }
     };
     r.map(|_| ()).map_err(|e| match e {

@@ -4,7 +4,8 @@
 //! buffers, which are then copied into the caller's destinations. Because every input view is dropped before
 //! the first destination is written, a destination may alias an input (`new_state=state`, serving-mode pool).
 
-use crate::args::{gdn_err, ArgError, Checked, Desc};
+use crate::args::{gdn_err, ArgError, Checked};
+use crate::desc::Desc;
 use gdn_core::cpu::CpuBackend;
 use gdn_core::{Backend, Inputs, Op, Outputs, StateBuf, StateRef};
 use half::bf16;

@@ -10,12 +10,14 @@
 //! directly, everything else through the Python layer.
 
 mod args;
+mod desc;
 mod device;
 mod host;
 mod memo;
 mod objects;
 
-use args::{check_dest, ArgError, Checked, Desc, Device};
+use args::{check_dest, ArgError, Checked, Device};
+use desc::Desc;
 use gdn_core::Op;
 use gdn_cuda::PrefillPlan;
 use pyo3::prelude::*;

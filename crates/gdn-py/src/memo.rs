@@ -2,13 +2,14 @@
 //!
 //! A serving engine calls the same operation with the same shapes again and again (one decode per layer per
 //! step), and [`check_inputs`] costs ~2–3 µs of host time per call, a fifth of the binding's whole overhead
-//! (H200 host, session 25). Its result depends only on the operation, `scale`, `serving` and, per input, its
+//! (measured on an H200 host). Its result depends only on the operation, `scale`, `serving` and, per input, its
 //! presence, shape, element strides, dtype, device and the address's residue modulo 16 (alignment: 16 bytes
 //! on a device, the element size on the host, both divisors of 16). Those are compared exactly; on a match the
 //! validated problem is reused with the new descriptors (so the new addresses). A call that fails validation
 //! is never remembered, and a mismatch in any field validates from scratch.
 
-use crate::args::{check_inputs, ArgError, Checked, Desc, Device};
+use crate::args::{check_inputs, ArgError, Checked, Device};
+use crate::desc::Desc;
 use gdn_core::{Op, Problem};
 use std::cell::RefCell;
 
@@ -119,7 +120,7 @@ mod tests {
     use super::*;
 
     fn desc(shape: &[usize], dtype: &str, ptr: u64, device: i64) -> Option<Desc> {
-        let strides = crate::objects::row_major(shape);
+        let strides = crate::desc::row_major(shape);
         Some(Desc(ptr, shape.to_vec(), strides, dtype.into(), device))
     }
 

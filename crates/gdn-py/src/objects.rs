@@ -11,7 +11,7 @@
 //! torch is never imported from here: its objects are looked up in `sys.modules` once the caller has imported
 //! it, so a NumPy-only caller never loads it.
 
-use crate::args::Desc;
+use crate::desc::{ints, row_major, Desc};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
@@ -94,28 +94,6 @@ fn torch(py: Python<'_>) -> PyResult<Option<&'static Torch>> {
     Ok(Some(TORCH.get_or_init(py, || t)))
 }
 
-/// Integers of a tuple (torch.Size and NumPy shapes are tuples), read item by item: much cheaper than the
-/// generic sequence extraction under the stable ABI.
-pub fn ints<T: for<'a, 'py> FromPyObject<'a, 'py>>(t: &Bound<'_, PyAny>) -> PyResult<Vec<T>> {
-    let t = t.cast::<PyTuple>()?;
-    let mut v = Vec::with_capacity(t.len());
-    for i in 0..t.len() {
-        v.push(t.get_item(i)?.extract().map_err(Into::into)?);
-    }
-    Ok(v)
-}
-
-/// Element strides of a contiguous row-major tensor of `shape`.
-pub(crate) fn row_major(shape: &[usize]) -> Vec<i64> {
-    let mut strides = vec![0i64; shape.len()];
-    let mut s = 1i64;
-    for (d, &n) in strides.iter_mut().zip(shape).rev() {
-        *d = s;
-        s *= n as i64;
-    }
-    strides
-}
-
 /// A torch CUDA tensor's descriptor, or None when `x` is anything else.
 fn cuda_tensor(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<Option<Desc>> {
     let Some(t) = torch(py)? else {
@@ -184,17 +162,5 @@ pub fn current_stream(py: Python<'_>, dev: i32) -> PyResult<u64> {
             .call1((dev,))?
             .getattr(intern!(py, "cuda_stream"))?
             .extract(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn row_major_strides() {
-        assert_eq!(row_major(&[2, 1, 8, 128]), vec![1024, 1024, 128, 1]);
-        assert_eq!(row_major(&[5]), vec![1]);
-        assert!(row_major(&[]).is_empty());
     }
 }

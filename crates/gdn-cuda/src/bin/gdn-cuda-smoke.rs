@@ -12,8 +12,8 @@
 use gdn_core::compare::{compare, CONTEST};
 use gdn_core::workload::{generate, WorkloadSpec};
 use gdn_core::{reference, Backend, Heads, Outputs, Problem, TierSamples, Timed, TimingConfig};
-use gdn_cuda::memory::DeviceBuf;
-use gdn_cuda::{nvrtc, CudaBackend};
+use gdn_cuda::runtime::memory::DeviceBuf;
+use gdn_cuda::{runtime::nvrtc, CudaBackend};
 use std::ffi::c_void;
 use std::process::ExitCode;
 
@@ -127,7 +127,7 @@ fn empty_floor(b: &CudaBackend, cfg: &TimingConfig) -> Result<String, String> {
             .map_err(|e| format!("get_function: {e:?}"))?
     };
     let f = f as usize; // plain data for the closure
-    let call = |_: usize, st: gdn_cuda::context::Stream| -> gdn_core::Result<()> {
+    let call = |_: usize, st: gdn_cuda::runtime::context::Stream| -> gdn_core::Result<()> {
         let mut p = SmokeParams {
             x: 0,
             y: 0,

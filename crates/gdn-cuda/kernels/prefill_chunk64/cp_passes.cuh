@@ -1,0 +1,129 @@
+// prefill_chunk64/cp_passes.cuh — context parallelism (long sequences, few heads): the segment map and the two walk
+// passes, gdn_prefill64_cp_pass1_* (segment 0 for real, the summary walks of the middle segments) and
+// gdn_prefill64_cp_pass3_* (segments 1.. for real from their scanned start states). The scan between them is in
+// scan.cuh.
+#pragma once
+
+namespace gdn_prefill64 {
+
+// The state walk is affine in its initial state: walking chunks [a, b) from Sᵀ₀ gives Sᵀ₀ M + B, with M (k x k) the
+// product of the chunks' transitions and B the walk from zero. A sequence of nch chunks is cut into segments of
+// L = p.seg_chunks chunks (nseg = max(1, ceil(nch / L))); three launches then run it on nseg times the CTAs:
+//   pass 1  gdn_prefill64_cp_pass1_*  grid (seg slots, HV, 4): per (segment s, head, value half, role)
+//           s = 0:            role 0 walks the segment for real (state → outputs; end state → S[s+1], or new_state
+//                             when nseg = 1); role 1 exits
+//           0 < s < nseg − 1: summary walks (no outputs): role 0 from zero with V → B[s]; role 1 from the identity
+//                             with V = 0 → M[s] (the rows of the identity walk as value rows, so M is a walk state;
+//                             stored in the scan's fragment order, scan_a_piece)
+//           s = nseg − 1:     nothing (its end state is never needed)
+//   scan    gdn_prefill64_cp_scan{,8} grid K·HV·8 (·16), K = min(N, T / (128·L + 1)) (the sequences that can
+//           have nseg ≥ 3; scan_find_seq), block 256: S[s] = S[s−1] M[s−1] + B[s−1] for s = 2 .. nseg−1
+//           (fp32, 16 (8) value rows per CTA; M double-buffered in shared memory by bulk copies, the next step's M
+//           loading while this step computes; scan.cuh)
+//   pass 3  gdn_prefill64_cp_pass3_*  grid (seg slots, HV, 2): segments s ≥ 1 walk for real from S[s] (outputs;
+//           the last one writes new_state)
+// Work: ~2 walks per segment instead of one, spread over nseg times as many CTAs; the summary walks skip Q, Y, O and
+// the output staging. Segment s of sequence i lives in segment slot g(i) + s, g(i) = f(i) / L + i with f the
+// chunk-slot map (schedule.cuh seq_slot): g(i+1) − g(i) ≥ floor(nch_i / L) + 1 ≥ nseg_i, and every slot is < (T/64 + N + 1)/L + N + 1.
+// Workspace after the chunk records: three f32 arrays [seg slots][HV][128][128] — S (segment start states, [v][k]),
+// M (in the scan's fragment order), B ([v][k]). Numerics: the summary walks round their states to bf16 in products
+// exactly like the real walk; the scan is fp32 (3xTF32 products, fp32 accumulation).
+__device__ __forceinline__ i64 seg_first(const i64* cu, i64 i, int L) { return seq_slot(cu, i) / L + i; }
+__device__ __forceinline__ i64 cp_seg_slots(const Prefill64Params& p) {
+    return (p.total_tokens / C + p.num_seqs + 1) / p.seg_chunks + p.num_seqs + 1;
+}
+// f32 [128][128] workspace state `which` (0 S, 1 M, 2 B) of segment slot `slot`, value head h.
+__device__ __forceinline__ float* cp_ws(const Prefill64Params& p, int which, i64 slot, int h) {
+    unsigned char* base = reinterpret_cast<unsigned char*>(p.workspace) + record_bytes(p);
+    return reinterpret_cast<float*>(base) + (((i64)which * cp_seg_slots(p) + slot) * p.num_v_heads + h) * (i64)(D * D);
+}
+
+struct SegPos {
+    i64 seq, bos, eos, first;  // sequence, its tokens, its first segment slot
+    int s, nseg, nch;          // this segment, segments and chunks of the sequence
+};
+// The (sequence, segment) of segment slot `slot`; false for a slot that holds no segment. Whole warps call it (the
+// result is uniform).
+__device__ __forceinline__ bool find_segment(const Prefill64Params& p, i64 slot, SegPos& sp) {
+    const i64 N = p.num_seqs;
+    const int L = p.seg_chunks;
+    if (N <= 0 || L <= 0) return false;
+    // the largest i with g(i) = f(i) / L + i <= slot (g strictly increasing, g(0) = 0); with f(i) >= 0 and
+    // m = slot − i, f(i) / L <= m  <=>  m >= 0 and f(i) < (m + 1)·L: no division
+    const i64 lo = warp_last_true(N, [&](i64 i) {
+        return (i <= slot) & (seq_slot(p.cu_seqlens, i) < (slot - i + 1) * L);
+    });
+    // (uni64: the division and the loads below may be compiled on the vector path; the walk's addresses derive from
+    // them)
+    sp.seq = lo;
+    const i64 f = seq_slot(p.cu_seqlens, lo);
+    sp.first = uni64((f >> 32 ? f / L : (i64)((u32)f / (u32)L)) + lo);  // (a 32-bit division where it fits)
+    sp.bos = uni64(p.cu_seqlens[lo]);
+    sp.eos = uni64(p.cu_seqlens[lo + 1]);
+    const i64 len = sp.eos > sp.bos ? sp.eos - sp.bos : 0;
+    sp.nch = (int)((len + C - 1) / C);
+    sp.nseg = sp.nch > L ? (sp.nch + L - 1) / L : 1;
+    const i64 s = slot - sp.first;
+    if (s >= sp.nseg) return false;
+    sp.s = (int)s;
+    return true;
+}
+
+__device__ __forceinline__ WalkJob segment_job(const SegPos& sp, int h, int vh, int L) {
+    WalkJob j;
+    j.seq = sp.seq; j.bos = sp.bos; j.eos = sp.eos;
+    j.h = h; j.vh = vh;
+    j.c0 = sp.s * L;
+    j.c1 = min(sp.nch, (sp.s + 1) * L);
+    j.init = INIT_ZERO; j.end = END_NONE;
+    j.init_ws = nullptr; j.end_ws = nullptr;
+    return j;
+}
+
+template <int WGS, bool BF16STATE, class Bid>
+__device__ __forceinline__ void cp_pass1(const Prefill64Params& p, const Bid bid) {
+    constexpr int CPH = WalkLayout<WGS>::CTAS_PER_HEAD;
+    SegPos sp;
+    if (!find_segment(p, bid.x(), sp)) return;
+    const int h = bid.y(), vh = bid.z() % CPH, role = bid.z() / CPH;
+    WalkJob j = segment_job(sp, h, vh, p.seg_chunks);
+    if (sp.s == 0 && role != 0) return;
+    if (sp.s >= sp.nseg - 1 && sp.s > 0) return;  // (the last segment's end state is never needed)
+    pdl_wait();  // (the search above ran while the prep finished)
+    if (sp.s == 0) {
+        j.init = INIT_STATE;
+        if (sp.nseg == 1) {
+            j.end = END_STATE;
+        } else {
+            j.end = END_WS;
+            j.end_ws = cp_ws(p, 0, sp.first + 1, h);
+        }
+        walk_wg_body<WGS, BF16STATE, false>(p, j);
+    } else if (sp.s < sp.nseg - 1) {
+        j.end = END_WS;
+        if (role == 0) {
+            j.end_ws = cp_ws(p, 2, bid.x(), h);
+            walk_wg_body<WGS, BF16STATE, true>(p, j);
+        } else {
+            j.init = INIT_IDENTITY;
+            j.end = END_WS_T;
+            j.end_ws = cp_ws(p, 1, bid.x(), h);
+            walk_wg_body<WGS, BF16STATE, true, true>(p, j);
+        }
+    }
+}
+
+template <int WGS, bool BF16STATE, class Bid>
+__device__ __forceinline__ void cp_pass3(const Prefill64Params& p, const Bid bid) {
+    SegPos sp;
+    if (!find_segment(p, bid.x(), sp) || sp.s == 0) return;
+    pdl_wait();  // (the search above ran while the scan, or pass 1, finished)
+    const int h = bid.y();
+    WalkJob j = segment_job(sp, h, bid.z() % WalkLayout<WGS>::CTAS_PER_HEAD, p.seg_chunks);
+    j.init = INIT_WS;
+    j.init_ws = cp_ws(p, 0, bid.x(), h);
+    j.end = sp.s == sp.nseg - 1 ? END_STATE : END_NONE;
+    walk_wg_body<WGS, BF16STATE, false>(p, j);
+}
+
+}  // namespace gdn_prefill64

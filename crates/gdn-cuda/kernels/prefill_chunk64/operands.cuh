@@ -1,0 +1,62 @@
+// prefill_chunk64/operands.cuh — operand formats of the chunk64 kernels: f16 pairs with power-of-two scales (the
+// record's tiles, the walk's X and Vn), tf32 hi + lo splits (the prep's inverse, the cp scan), and the 128-byte-swizzled
+// K-major panels that wgmma reads, with the K / Q row loads into them. (The wgmma and mma.sync wrappers themselves are
+// in common/sm90.cuh.)
+#pragma once
+
+namespace gdn_prefill64 {
+
+// Two floats as an f16 pair (lo in the low 16 bits), round to nearest even.
+__device__ __forceinline__ u32 pack_f16(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));  // hi to the upper 16 bits
+    return r;
+}
+// The power of two that brings a block whose largest magnitude is m (>= 0) to [0.5, 1): inv = 2^-(e+1) for
+// m in [2^e, 2^(e+1)), and mul = 1 / inv; both exact and normal (the biased exponent is clamped to 252: m >= 2^126
+// lands in [0.5, 4), zero or a subnormal m gets inv = 2^126). fmaxf drops NaN, so a NaN input leaves the scale
+// finite and propagates through its own products.
+__device__ __forceinline__ void pow2_scale(float m, float& inv, float& mul) {
+    const int eb = min((int)(__float_as_uint(m) >> 23) & 0xff, 252);
+    inv = __uint_as_float((u32)(253 - eb) << 23);
+    mul = __uint_as_float((u32)(eb + 1) << 23);
+}
+
+// Byte offset of the 16-byte piece j of row r in a swizzled [rows][128 B] panel.
+__device__ __forceinline__ u32 swz(int r, int j) { return (u32)(r * 128 + ((j ^ (r & 7)) << 4)); }
+
+// K and Q rows [start, start + C) of query head hq (Q only when LOADQ) into the two swizzled 64-column panels at
+// `kq` (K rows 0..63, Q rows 64..127), by cp.async, zero-filled from row nvalid on; THREADS threads (a multiple of
+// 128), thread tid. Thread tid always copies piece c = tid & 15 of rows r0 = tid >> 4, r0 + RS, ... (RS = THREADS / 16
+// is a multiple of 8, so the row's swizzle phase r & 7 is the same for all of them): one pointer per thread and
+// tensor, advanced by a constant, and a shared-memory address that is the first one plus an immediate (forming
+// ((start + r) H + hq) D + 8c afresh for every piece takes ~3x the instructions, on the walk's chain).
+template <int THREADS, bool LOADQ>
+__device__ __forceinline__ void load_kq_rows(const Prefill64Params& p, u32 kq, i64 start, int nvalid, int hq,
+                                             int tid) {
+    static_assert(THREADS % 128 == 0, "whole warpgroups");
+    constexpr int RS = THREADS / 16;
+    const int r0 = tid >> 4, c = tid & 15;
+    const i64 row = (i64)p.num_q_heads * D;  // elements between token rows
+    const i64 off = (start + r0) * row + (i64)hq * D + c * 8;
+    const __nv_bfloat16 *kp = p.k + off, *qp = p.q + off;
+    const u32 dst = kq + (u32)(c >> 3) * (128 * 128) + swz(r0, c & 7);
+#pragma unroll
+    for (int it = 0; it < C / RS; ++it) {
+        const bool ok = r0 + it * RS < nvalid;  // (a row past the end copies nothing from the tensor's base)
+        cp_async16(dst + (u32)(it * RS * 128), ok ? kp : p.k, ok);
+        if (LOADQ) cp_async16(dst + (u32)((C + it * RS) * 128), ok ? qp : p.q, ok);
+        kp += RS * row;
+        qp += RS * row;
+    }
+}
+
+// x = hi + lo, both tf32 by truncation (the low 13 bits cleared: two LOP3 and an FADD; cvt.rna.tf32.f32 is ~8
+// instructions on sm_90, a third of the prep's instructions if used here). hi·hi + hi·lo + lo·hi carry ~2^-20 relative
+// error, far below the f16 the record stores T in.
+__device__ __forceinline__ void split_tf32(float x, u32& hi, u32& lo) {
+    hi = __float_as_uint(x) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi)) & 0xffffe000u;
+}
+
+}  // namespace gdn_prefill64

@@ -1,0 +1,426 @@
+//! The raw launch API's arguments: device pointers (u64, 0 = absent) and sizes, their validation (required
+//! pointers present, alignment, resolved scale, 32-bit fields, workspace), the params structs built from
+//! them, and the one builder from a validated gdn_core `Problem` plus device pointers ([`Args::for_problem`]),
+//! which the CUDA backend and the Python binding both use.
+
+use crate::abi::params::{Prefill64Params, PrefillParams, RecurrentParams};
+use crate::kernels::registry::{self, StateDtype};
+use crate::plan::prefill::PrefillPlan;
+use crate::plan::Shape;
+use gdn_core::{DType, GdnError, MtpMode, Op, Problem, Result};
+
+/// Alignment every vector-loaded tensor must have (16-byte loads).
+pub const VEC_ALIGN: u64 = 16;
+
+pub(crate) fn bad(tensor: &str, problem: impl Into<String>) -> GdnError {
+    GdnError::value(tensor, problem)
+}
+
+/// Required pointer, aligned.
+fn need(name: &str, ptr: u64, align: u64) -> Result<()> {
+    if ptr == 0 {
+        return Err(bad(name, "device pointer is NULL"));
+    }
+    opt(name, ptr, align)
+}
+
+/// Optional pointer (0 = absent), aligned when present (`align` is a power of two).
+fn opt(name: &str, ptr: u64, align: u64) -> Result<()> {
+    if ptr & (align - 1) != 0 {
+        return Err(bad(
+            name,
+            format!("device pointer {ptr:#x} is not {align}-byte aligned"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_scale(scale: f32) -> Result<()> {
+    if !scale.is_finite() || scale == 0.0 {
+        return Err(bad(
+            "scale",
+            format!("must be resolved (finite, non-zero), got {scale}"),
+        ));
+    }
+    Ok(())
+}
+
+fn to_i32(name: &str, x: usize) -> Result<i32> {
+    i32::try_from(x).map_err(|_| bad(name, format!("{x} does not fit the kernel's 32-bit field")))
+}
+
+/// Decode (T = 1) and MTP (T >= 1) arguments: `RecurrentParams` plus what the policy needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RecurrentArgs {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub a: u64,
+    pub b: u64,
+    pub a_log: u64,
+    pub dt_bias: u64,
+    /// 0 = zero initial state.
+    pub state: u64,
+    /// 0 = final state not written; may equal `state` (in place).
+    pub new_state: u64,
+    /// 0 = per-token states not written.
+    pub intermediate: u64,
+    pub out: u64,
+    /// 0 = request b uses state row b.
+    pub state_indices: u64,
+    pub batch: usize,
+    pub seq_len: usize,
+    pub num_state_rows: usize,
+    pub num_q_heads: usize,
+    pub num_v_heads: usize,
+    pub head_size: usize,
+    /// Resolved (never 0).
+    pub scale: f32,
+    pub state_dtype: Option<StateDtype>,
+}
+
+/// Prefill arguments: `PrefillParams` plus what the policy needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PrefillArgs {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub a: u64,
+    pub b: u64,
+    pub a_log: u64,
+    pub dt_bias: u64,
+    /// i64 [N+1] in device memory.
+    pub cu_seqlens: u64,
+    /// 0 = zero initial state.
+    pub state: u64,
+    pub new_state: u64,
+    pub out: u64,
+    /// Device scratch for the chunk64 plan (`KernelSet::prefill_workspace_bytes`; 256-byte aligned), or 0
+    /// when the plan needs none. Not read by the fused plan.
+    pub workspace: u64,
+    /// Bytes at `workspace`.
+    pub workspace_bytes: usize,
+    pub num_seqs: usize,
+    pub total_tokens: usize,
+    /// Tokens of the longest sequence when the caller knows it on the host, 0 = unknown. Steers the plan
+    /// choice only (`plan::Shape::max_seq_len`): a wrong value costs speed, never correctness.
+    pub max_seq_len: usize,
+    pub num_q_heads: usize,
+    pub num_v_heads: usize,
+    pub head_size: usize,
+    pub scale: f32,
+    pub state_dtype: Option<StateDtype>,
+}
+
+impl RecurrentArgs {
+    pub fn shape(&self) -> Shape {
+        Shape {
+            // T = 1 runs the decode kernels (which also honour indices and intermediate states)
+            op: if self.seq_len == 1 {
+                Op::Decode
+            } else {
+                Op::Mtp
+            },
+            num_q_heads: self.num_q_heads,
+            num_v_heads: self.num_v_heads,
+            head_size: self.head_size,
+            num_seqs: self.batch,
+            seq_len: self.seq_len,
+            total_tokens: self.batch * self.seq_len,
+            max_seq_len: self.seq_len,
+            state: self.state_dtype.unwrap_or(StateDtype::F32),
+        }
+    }
+
+    /// Every argument the kernels rely on: required pointers present and aligned, optional ones aligned,
+    /// the scale resolved, enough state rows, the 32-bit fields in range.
+    pub fn validate(&self) -> Result<()> {
+        for (n, p) in [
+            ("q", self.q),
+            ("k", self.k),
+            ("v", self.v),
+            ("output", self.out),
+        ] {
+            need(n, p, VEC_ALIGN)?;
+        }
+        need("a", self.a, 2)?;
+        need("b", self.b, 2)?;
+        need("A_log", self.a_log, 4)?;
+        need("dt_bias", self.dt_bias, 4)?;
+        opt("state", self.state, VEC_ALIGN)?;
+        opt("new_state", self.new_state, VEC_ALIGN)?;
+        opt("intermediate_states_buffer", self.intermediate, VEC_ALIGN)?;
+        opt("initial_state_indices", self.state_indices, 4)?;
+        check_scale(self.scale)?;
+        if (self.state != 0 || self.new_state != 0) && self.state_dtype.is_none() {
+            return Err(bad("state", "state pointers given without a state dtype"));
+        }
+        if self.state_indices == 0 && self.num_state_rows < self.batch {
+            return Err(bad(
+                "state",
+                format!(
+                    "{} rows for {} requests (without indices request b uses row b)",
+                    self.num_state_rows, self.batch
+                ),
+            ));
+        }
+        to_i32("seq_len", self.seq_len)?;
+        to_i32("num_q_heads", self.num_q_heads)?;
+        to_i32("num_v_heads", self.num_v_heads)?;
+        Ok(())
+    }
+
+    pub fn params(&self) -> RecurrentParams {
+        RecurrentParams {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            a: self.a,
+            b: self.b,
+            a_log: self.a_log,
+            dt_bias: self.dt_bias,
+            state: self.state,
+            new_state: self.new_state,
+            intermediate: self.intermediate,
+            out: self.out,
+            state_indices: self.state_indices,
+            batch: self.batch as i64,
+            num_state_rows: self.num_state_rows as i64,
+            scale: self.scale,
+            seq_len: self.seq_len as i32,
+            num_qk_heads: self.num_q_heads as i32,
+            num_v_heads: self.num_v_heads as i32,
+        }
+    }
+}
+
+impl PrefillArgs {
+    pub fn shape(&self) -> Shape {
+        Shape {
+            op: Op::Prefill,
+            num_q_heads: self.num_q_heads,
+            num_v_heads: self.num_v_heads,
+            head_size: self.head_size,
+            num_seqs: self.num_seqs,
+            seq_len: 0,
+            total_tokens: self.total_tokens,
+            max_seq_len: self.max_seq_len,
+            state: self.state_dtype.unwrap_or(StateDtype::F32),
+        }
+    }
+
+    /// As `RecurrentArgs::validate`; the token tensors are required only when there are tokens, and
+    /// `cu_seqlens`, `new_state` and the state dtype always.
+    pub fn validate(&self) -> Result<()> {
+        if self.total_tokens > 0 {
+            for (n, p) in [
+                ("q", self.q),
+                ("k", self.k),
+                ("v", self.v),
+                ("output", self.out),
+            ] {
+                need(n, p, VEC_ALIGN)?;
+            }
+            need("a", self.a, 2)?;
+            need("b", self.b, 2)?;
+        }
+        need("A_log", self.a_log, 4)?;
+        need("dt_bias", self.dt_bias, 4)?;
+        need("cu_seqlens", self.cu_seqlens, 8)?;
+        need("new_state", self.new_state, VEC_ALIGN)?;
+        opt("state", self.state, VEC_ALIGN)?;
+        check_scale(self.scale)?;
+        if self.state_dtype.is_none() {
+            return Err(bad("new_state", "prefill writes new_state: give its dtype"));
+        }
+        to_i32("num_q_heads", self.num_q_heads)?;
+        to_i32("num_v_heads", self.num_v_heads)?;
+        Ok(())
+    }
+
+    pub fn params(&self) -> PrefillParams {
+        PrefillParams {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            a: self.a,
+            b: self.b,
+            a_log: self.a_log,
+            dt_bias: self.dt_bias,
+            cu_seqlens: self.cu_seqlens,
+            state: self.state,
+            new_state: self.new_state,
+            out: self.out,
+            num_seqs: self.num_seqs as i64,
+            scale: self.scale,
+            num_q_heads: self.num_q_heads as i32,
+            num_v_heads: self.num_v_heads as i32,
+            lead_rows: self.total_tokens.min(registry::prefill::CHUNK) as i32,
+        }
+    }
+
+    pub fn params64(&self) -> Prefill64Params {
+        Prefill64Params {
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            a: self.a,
+            b: self.b,
+            a_log: self.a_log,
+            dt_bias: self.dt_bias,
+            cu_seqlens: self.cu_seqlens,
+            state: self.state,
+            new_state: self.new_state,
+            out: self.out,
+            workspace: self.workspace,
+            num_seqs: self.num_seqs as i64,
+            total_tokens: self.total_tokens as i64,
+            scale: self.scale,
+            num_q_heads: self.num_q_heads as i32,
+            num_v_heads: self.num_v_heads as i32,
+            seg_chunks: 0,
+        }
+    }
+
+    /// The workspace a plan needs is present, aligned and large enough.
+    pub fn validate_workspace(&self, plan: &PrefillPlan) -> Result<()> {
+        let bytes = plan.workspace_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        need(
+            "workspace",
+            self.workspace,
+            registry::prefill64::WORKSPACE_ALIGN,
+        )?;
+        if (self.workspace_bytes as u64) < bytes {
+            return Err(bad(
+                "workspace",
+                format!(
+                    "{} bytes given; the {} plan needs {bytes} bytes",
+                    self.workspace_bytes,
+                    plan.kind().name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The device pointers of one call, by the definition's tensor roles (0 = absent).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DevicePtrs {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub a: u64,
+    pub b: u64,
+    pub a_log: u64,
+    pub dt_bias: u64,
+    /// The initial state (decode, prefill) or the state pool (MTP), or 0.
+    pub state: u64,
+    /// Where decode and prefill write the final state. Not read for MTP: serving mode updates the pool
+    /// in place (`new_state` = `state`), definition mode leaves it unwritten.
+    pub new_state: u64,
+    /// MTP / decode per-token states, or 0.
+    pub intermediate: u64,
+    pub out: u64,
+    /// Decode / MTP pool rows per request, or 0.
+    pub state_indices: u64,
+    /// Prefill: i64 [N+1].
+    pub cu_seqlens: u64,
+    /// Prefill: the plan's workspace and its bytes (0, 0 = none).
+    pub workspace: u64,
+    pub workspace_bytes: usize,
+}
+
+/// One call's launch arguments.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Args {
+    Recurrent(RecurrentArgs),
+    Prefill(PrefillArgs),
+}
+
+impl Args {
+    /// The arguments of a validated problem whose tensors are at `d`: sizes, heads, scale and state dtype
+    /// from `p`; the state destination by operation and MTP mode (see `DevicePtrs::new_state`).
+    pub fn for_problem(p: &Problem, d: &DevicePtrs) -> Args {
+        let h = &p.def.heads;
+        let state_dtype = Some(state_dtype(p));
+        match p.def.op {
+            Op::Prefill => Args::Prefill(PrefillArgs {
+                q: d.q,
+                k: d.k,
+                v: d.v,
+                a: d.a,
+                b: d.b,
+                a_log: d.a_log,
+                dt_bias: d.dt_bias,
+                cu_seqlens: d.cu_seqlens,
+                state: d.state,
+                new_state: d.new_state,
+                out: d.out,
+                workspace: d.workspace,
+                workspace_bytes: d.workspace_bytes,
+                num_seqs: p.dims.num_seqs,
+                total_tokens: p.dims.total_tokens,
+                max_seq_len: p.dims.max_seq_len.unwrap_or(0),
+                num_q_heads: h.num_q_heads,
+                num_v_heads: h.num_v_heads,
+                head_size: h.head_size,
+                scale: p.scale,
+                state_dtype,
+            }),
+            Op::Decode | Op::Mtp => Args::Recurrent(RecurrentArgs {
+                q: d.q,
+                k: d.k,
+                v: d.v,
+                a: d.a,
+                b: d.b,
+                a_log: d.a_log,
+                dt_bias: d.dt_bias,
+                state: d.state,
+                new_state: match (p.def.op, p.mtp_mode) {
+                    (Op::Decode, _) => d.new_state,
+                    (_, MtpMode::Serving) => d.state, // in place
+                    (_, MtpMode::Definition) => 0,    // pool not updated
+                },
+                intermediate: d.intermediate,
+                out: d.out,
+                state_indices: d.state_indices,
+                batch: p.dims.num_seqs,
+                seq_len: p.dims.seq_len,
+                num_state_rows: p.dims.state_rows,
+                num_q_heads: h.num_q_heads,
+                num_v_heads: h.num_v_heads,
+                head_size: h.head_size,
+                scale: p.scale,
+                state_dtype,
+            }),
+        }
+    }
+}
+
+/// The kernels' storage dtype of a problem's state.
+pub fn state_dtype(p: &Problem) -> StateDtype {
+    match p.state_out_dtype() {
+        DType::BF16 => StateDtype::BF16,
+        _ => StateDtype::F32,
+    }
+}
+
+/// The planner's view of a validated problem.
+pub fn shape_of(p: &Problem) -> Shape {
+    let h = &p.def.heads;
+    Shape {
+        op: p.def.op,
+        num_q_heads: h.num_q_heads,
+        num_v_heads: h.num_v_heads,
+        head_size: h.head_size,
+        num_seqs: p.dims.num_seqs,
+        seq_len: p.dims.seq_len,
+        total_tokens: p.dims.total_tokens,
+        max_seq_len: p.dims.max_seq_len.unwrap_or(0),
+        state: state_dtype(p),
+    }
+}

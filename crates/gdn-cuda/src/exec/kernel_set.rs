@@ -1,0 +1,258 @@
+//! The kernels of one context: `KernelSet` compiles (NVRTC, disk cache) and loads each module on first use,
+//! one per compilation unit, so a broken or missing source only disables its own kernels. Loading raises each
+//! kernel's dynamic shared-memory limit and records its registers and local memory (a hot kernel with local
+//! memory is reported by `spilling_hot_kernels`). The set also carries the call-wide switches read once from
+//! the environment: `GDN_KERNEL` (the plan override, checked by the policy) and `GDN_PDL`.
+
+use crate::exec::backend_err;
+use crate::kernels::registry::{self, Module, Variant};
+use crate::kernels::sources::SourceSet;
+use crate::plan::prefill::{self, PrefillPlan};
+use crate::plan::{select, DeviceCaps, Launch, Rejection, Shape};
+use crate::runtime::context::{drv, DeviceInfo, Gpu};
+use crate::runtime::nvrtc;
+use cudarc::driver::{result, sys};
+use gdn_core::Result;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::OnceLock;
+
+/// Dynamic shared memory above this needs the per-function opt-in attribute.
+const DEFAULT_DYN_SMEM_LIMIT: u32 = 48 * 1024;
+/// Environment override naming the variant to launch (experiments; checked by the policy).
+pub const KERNEL_OVERRIDE_ENV: &str = "GDN_KERNEL";
+/// `GDN_PDL=0` launches every kernel of a multi-launch prefill call stream-ordered, without programmatic dependent
+/// launch (A/B runs and a way out; the kernels' griddepcontrol instructions are then no-ops).
+pub const PDL_ENV: &str = "GDN_PDL";
+
+/// A loaded kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadedKernel {
+    pub func: sys::CUfunction,
+    pub variant: &'static Variant,
+    pub registers: i32,
+    pub local_bytes: i32,
+}
+
+struct LoadedModule {
+    // Kept for the life of the KernelSet (functions point into it).
+    _module: sys::CUmodule,
+    kernels: HashMap<&'static str, LoadedKernel>,
+    compiled: nvrtc::Compiled,
+}
+
+/// The kernels of one context (the one current when `KernelSet::new` was called).
+pub struct KernelSet {
+    pub(super) caps: DeviceCaps,
+    arch: String,
+    sources: SourceSet,
+    /// `GDN_KERNEL`, read once.
+    force: Option<String>,
+    /// Whether a multi-launch call's launches after its first use programmatic dependent launch (`GDN_PDL`, read once).
+    pub(super) pdl: bool,
+    modules: Vec<(
+        &'static Module,
+        OnceLock<std::result::Result<LoadedModule, String>>,
+    )>,
+}
+
+// SAFETY: module and function handles are context-wide and usable from any thread with the context current.
+unsafe impl Send for KernelSet {}
+unsafe impl Sync for KernelSet {}
+
+/// What the planner needs to know about a device.
+pub fn device_caps(info: &DeviceInfo) -> DeviceCaps {
+    DeviceCaps {
+        cc: info.cc,
+        sm_count: info.sm_count,
+        max_dyn_smem: info.max_dyn_smem,
+        mem_bytes: info.total_mem,
+    }
+}
+
+impl KernelSet {
+    /// A kernel set for the context current on this thread (nothing is compiled yet).
+    pub fn new(caps: DeviceCaps, arch: &str) -> Result<KernelSet> {
+        let sources = SourceSet::load().map_err(backend_err)?;
+        Ok(KernelSet {
+            caps,
+            arch: arch.to_string(),
+            sources,
+            force: std::env::var(KERNEL_OVERRIDE_ENV)
+                .ok()
+                .filter(|s| !s.is_empty()),
+            pdl: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
+            modules: registry::modules()
+                .into_iter()
+                .map(|m| (m, OnceLock::new()))
+                .collect(),
+        })
+    }
+
+    /// A kernel set for `gpu`'s context (current on this thread).
+    pub fn for_gpu(gpu: &Gpu) -> Result<KernelSet> {
+        KernelSet::new(device_caps(&gpu.info), gpu.arch)
+    }
+
+    pub fn caps(&self) -> DeviceCaps {
+        self.caps
+    }
+
+    /// The policy's choice for a decode / MTP shape (with the `GDN_KERNEL` override, if set).
+    pub fn choose(&self, shape: &Shape) -> std::result::Result<Launch, Rejection> {
+        select::choose(shape, &self.caps, self.force.as_deref())
+    }
+
+    /// The `GDN_KERNEL` override, if set.
+    pub fn env_override(&self) -> Option<&str> {
+        self.force.as_deref()
+    }
+
+    /// The prefill plan for a shape (with the `GDN_KERNEL` override, if set).
+    pub fn prefill_plan(&self, shape: &Shape) -> std::result::Result<PrefillPlan, Rejection> {
+        self.prefill_plan_with(shape, self.env_override())
+    }
+
+    /// The prefill plan for a shape with an explicit override (`None`: automatic, ignoring `GDN_KERNEL`).
+    pub fn prefill_plan_with(
+        &self,
+        shape: &Shape,
+        force: Option<&str>,
+    ) -> std::result::Result<PrefillPlan, Rejection> {
+        prefill::choose(shape, &self.caps, force)
+    }
+
+    /// Device workspace (bytes) a prefill call of `shape` needs: 0 for the fused plan and for empty calls.
+    /// The caller allocates it (torch's allocator, the backend's cached buffer) and passes it in
+    /// `PrefillArgs::workspace`.
+    pub fn prefill_workspace_bytes(&self, shape: &Shape) -> Result<u64> {
+        Ok(self.prefill_plan(shape)?.workspace_bytes())
+    }
+
+    fn module(&self, m: &'static Module) -> Result<&LoadedModule> {
+        let slot = &self
+            .modules
+            .iter()
+            .find(|(x, _)| x.id == m.id)
+            .expect("every registry module has a slot")
+            .1;
+        slot.get_or_init(|| self.load_module(m))
+            .as_ref()
+            .map_err(|e| backend_err(e.clone()))
+    }
+
+    fn load_module(&self, m: &'static Module) -> std::result::Result<LoadedModule, String> {
+        let source = self.sources.get(m.source).ok_or_else(|| {
+            format!(
+                "kernel source {} is not in this build ({})",
+                m.source, self.sources.origin
+            )
+        })?;
+        let headers = self.sources.headers();
+        let text = registry::module_source(m, source);
+        let compiled = nvrtc::compile(&nvrtc::Request {
+            name: m.source,
+            source: &text,
+            headers: &headers,
+            arch: &self.arch,
+            defines: m.defines,
+        })?;
+        // SAFETY: a CUBIN image for this device's architecture; the context is current.
+        let module = unsafe { result::module::load_data(compiled.cubin.as_ptr() as *const c_void) }
+            .map_err(|e| drv(&format!("cuModuleLoadData({})", m.source), e))?;
+        let mut kernels = HashMap::new();
+        for v in registry::module_variants(m) {
+            let name = CString::new(v.name).expect("kernel names have no NUL");
+            // SAFETY: a loaded module; a NUL-terminated name.
+            let func = unsafe { result::module::get_function(module, name) }
+                .map_err(|e| drv(&format!("{} not exported by {}", v.name, m.source), e))?;
+            use sys::CUfunction_attribute::*;
+            let get = |a| {
+                // SAFETY: a valid function handle.
+                unsafe { result::function::get_function_attribute(func, a) }
+                    .map_err(|e| drv("cuFuncGetAttribute", e))
+            };
+            if v.dyn_smem > DEFAULT_DYN_SMEM_LIMIT {
+                // SAFETY: a valid function handle; the policy checked the device's opt-in limit.
+                unsafe {
+                    result::function::set_function_attribute(
+                        func,
+                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        v.dyn_smem as i32,
+                    )
+                }
+                .map_err(|e| drv(&format!("{}: raising dynamic shared memory", v.name), e))?;
+            }
+            let max_threads = get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+            if v.block as i32 > max_threads {
+                return Err(format!(
+                    "{}: registry block {} exceeds the kernel's limit of {max_threads} threads \
+                     (launch bounds or registers)",
+                    v.name, v.block
+                ));
+            }
+            kernels.insert(
+                v.name,
+                LoadedKernel {
+                    func,
+                    variant: v,
+                    registers: get(CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+                    local_bytes: get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+                },
+            );
+        }
+        Ok(LoadedModule {
+            _module: module,
+            kernels,
+            compiled,
+        })
+    }
+
+    /// A loaded kernel by variant (compiles / loads its module on first use).
+    pub fn kernel(&self, v: &'static Variant) -> Result<LoadedKernel> {
+        Ok(self.module(v.module)?.kernels[v.name])
+    }
+
+    /// The device plan's build of a variant (`registry::device_plan_module`; compiled on first use).
+    pub fn device_plan_kernel(&self, v: &'static Variant) -> Result<LoadedKernel> {
+        let m = registry::device_plan_module(v.module)
+            .ok_or_else(|| backend_err(format!("{} has no device-plan build", v.name)))?;
+        Ok(self.module(m)?.kernels[v.name])
+    }
+
+    /// Loads every module now (so that no compile happens inside a timed or captured region); returns
+    /// the modules that failed, with why.
+    pub fn load_all(&self) -> Vec<String> {
+        self.modules
+            .iter()
+            .filter_map(|(m, _)| self.module(m).err().map(|e| format!("{}: {e}", m.source)))
+            .collect()
+    }
+
+    /// Whether each loaded module came from the disk cache (for reports).
+    pub fn cache_report(&self) -> Vec<(&'static str, bool, f64)> {
+        self.modules
+            .iter()
+            .filter_map(|(m, slot)| {
+                slot.get()
+                    .and_then(|r| r.as_ref().ok())
+                    .map(|l| (m.source, l.compiled.from_cache, l.compiled.seconds))
+            })
+            .collect()
+    }
+
+    /// Hot kernels that use local memory (spills or stack) on the device, with the byte counts.
+    pub fn spilling_hot_kernels(&self) -> Vec<(&'static str, i32)> {
+        let mut out = Vec::new();
+        for (_, slot) in &self.modules {
+            if let Some(Ok(m)) = slot.get() {
+                for k in m.kernels.values() {
+                    if k.variant.hot && k.local_bytes > 0 {
+                        out.push((k.variant.name, k.local_bytes));
+                    }
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,32 @@
+//! Decode and MTP calls: one recurrent kernel launch, chosen by the policy for the arguments' shape.
+
+use crate::abi::args::RecurrentArgs;
+use crate::abi::params::RecurrentParams;
+use crate::exec::kernel_set::KernelSet;
+use crate::exec::launch::LaunchInfo;
+use cudarc::driver::sys;
+use gdn_core::Result;
+use std::ffi::c_void;
+
+impl KernelSet {
+    /// Launches decode / MTP on `stream`.
+    ///
+    /// # Safety
+    /// Every non-zero pointer must address device memory of this context large enough for the sizes
+    /// given (see `RecurrentParams`), and stay valid until the kernel has run.
+    pub unsafe fn launch_recurrent(
+        &self,
+        args: &RecurrentArgs,
+        stream: sys::CUstream,
+    ) -> Result<LaunchInfo> {
+        args.validate()?;
+        let choice = self.choose(&args.shape())?;
+        let params = args.params();
+        self.launch(
+            &choice,
+            &params as *const RecurrentParams as *mut c_void,
+            stream,
+        )?;
+        Ok(LaunchInfo::recurrent(choice))
+    }
+}
