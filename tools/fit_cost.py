@@ -1,4 +1,4 @@
-"""Refit the chunk64 / cp constants of the prefill cost model (gdn-cuda's plan `cost.rs`) from harness sweeps
+"""Refit the chunk64 / cp constants of the prefill cost model (crates/gdn-cuda/src/plan/prefill/cost.rs) from harness sweeps
 (no GPU needed).
 
     python3 tools/fit_cost.py MIXLONG.json [SINGLE.json] [--table] [--scan]
@@ -13,7 +13,7 @@ squared log error, each part on its own (the fused constants are left alone: the
 Prints the constants, the error of each part and of the cp total, and with --table the measured rows of the cost
 model's tests. --scan also fits the scan constants (SF/SS = SCAN_US fixed / step, by CTAs per head; refit them
 whenever the scan kernel changes), from the mixlong rows only (the single-sequence cpab rows run the 8-CTA scan
-whatever the policy would pick); otherwise they stay cost.rs's.
+whatever the planner would pick); otherwise they stay cost.rs's.
 """
 import json, math, sys
 
@@ -55,7 +55,7 @@ def parts(T, N, longest, L, wg, p):
     # sequences (registry.rs prefill64_scan_seqs); none: no launch
     need = 2 * C * L + 1  # tokens of the shortest sequence that needs the scan (registry.rs prefill64_scan_min_tokens)
     K = min(N, T // need)
-    # the sequences the scan works on (cost.rs scan_work_seqs; policy.rs cp_scan_kernel picks the 8-row scan when
+    # the sequences the scan works on (cost.rs scan_work_seqs; host.rs cp_scan_kernel picks the 8-row scan when
     # theirs fit one wave)
     long = long_seqs if longest >= need else 0
     work = min(long + min((T - long * longest) // need, N - long), K)
@@ -195,7 +195,7 @@ def main():
     rms = lambda: {k: round(math.sqrt(loss(p, pts, [k])), 3) for k in ("prep", "pass1", "scan", "pass3")}
     print("rms log error at the start:", rms())
     fit(pts, p, ["PF", "PC"], ["prep"])
-    if "--scan" in sys.argv:  # the scan too (mixlong rows only: they run the scan kernel policy.rs picks)
+    if "--scan" in sys.argv:  # the scan too (mixlong rows only: they run the scan kernel the planner picks)
         fit(pts, p, ["SF16", "SS16", "SF8", "SS8", "SW"], ["scan"])
     plain = [x for x in pts if "pass1" not in x[5]]  # chunk64 totals: the plain walk's W0
     cps = [x for x in pts if "pass1" in x[5]]
