@@ -129,17 +129,7 @@ pub fn main(a: Args) -> Result<()> {
 fn print_policy() {
     let caps = DeviceCaps::HOPPER_132;
     println!("# policy on {} SMs (qk4_v8, head size 128)", caps.sm_count);
-    let shape = |op, n: usize, t: usize, state| Shape {
-        op,
-        num_q_heads: 4,
-        num_v_heads: 8,
-        head_size: 128,
-        num_seqs: n,
-        seq_len: t,
-        total_tokens: n * t.max(1),
-        max_seq_len: 0,
-        state,
-    };
+    let shape = Shape::qk4_v8;
     let mut rows: Vec<(String, Shape)> = Vec::new();
     for st in [StateDtype::F32, StateDtype::BF16] {
         for b in [1, 4, 8, 16, 32, 64, 256] {

@@ -48,6 +48,24 @@ pub struct Shape {
     pub state: StateDtype,
 }
 
+impl Shape {
+    /// The contest's heads (qk4_v8, head size 128): `n` requests of `t` tokens (decode: t = 1, MTP: T), or for
+    /// prefill (t = 0) `n` sequences of one token each; no length hint. Tools and tests start from it.
+    pub fn qk4_v8(op: Op, n: usize, t: usize, state: StateDtype) -> Shape {
+        Shape {
+            op,
+            num_q_heads: 4,
+            num_v_heads: 8,
+            head_size: 128,
+            num_seqs: n,
+            seq_len: t,
+            total_tokens: n * t.max(1),
+            max_seq_len: 0,
+            state,
+        }
+    }
+}
+
 /// What the planner needs to know about the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DeviceCaps {

@@ -1,4 +1,4 @@
-//! Helpers shared by the planner's tests: the test device and shape builders (one `Shape` literal), and short
+//! Helpers shared by the planner's tests: the test device and shape builders (built on `Shape::qk4_v8`), and short
 //! names for the choices the tests inspect.
 #![allow(dead_code)] // (each test file uses some of them)
 
@@ -13,17 +13,7 @@ pub const H100: DeviceCaps = DeviceCaps::HOPPER_132;
 /// A call of `op` with `n` requests of `t` tokens (decode: t = 1; prefill: t = 0 and one token per sequence),
 /// qk4_v8, head size 128, no length hint.
 pub fn shape(op: Op, n: usize, t: usize, state: StateDtype) -> Shape {
-    Shape {
-        op,
-        num_q_heads: 4,
-        num_v_heads: 8,
-        head_size: 128,
-        num_seqs: n,
-        seq_len: t,
-        total_tokens: n * t.max(1),
-        max_seq_len: 0,
-        state,
-    }
+    Shape::qk4_v8(op, n, t, state)
 }
 
 /// A prefill call: `n` sequences, `t` tokens in all, `hv` value heads (H = hv/2 when hv is a multiple of 4, else
