@@ -4,8 +4,8 @@
 //! backend's stream; the device copies and the call's arguments come from `exec::io` and
 //! `abi::args::Args::for_problem`. How each operation maps its tensors to kernel pointers:
 //! * decode: `state` (or NULL) → `new_state` (a separate buffer; every row written).
-//! * prefill: `state` (or NULL) → `new_state`; `cu_seqlens` uploaded as int64. The chunk64 plan's workspace
-//!   is one device buffer cached by the backend: grown (never shrunk) when a call needs more, so a warm
+//! * prefill: `state` (or NULL) → `new_state`; `cu_seqlens` uploaded as int64. The multi-kernel prefill plans'
+//!   workspace is one device buffer cached by the backend: grown (never shrunk) when a call needs more, so a warm
 //!   backend allocates nothing per call; it is sized before any timed or captured region.
 //! * MTP, definition mode: the pool is read, not written (`new_state` NULL); `final_state` is the input
 //!   pool, copied on the host; the intermediate buffer is uploaded and the kernel overwrites its rows.

@@ -4,8 +4,8 @@
 //! prefill on its one-launch plans): `call(op, inputs, names, scale, serving, max_seq_len, output, state_out)`
 //! validates, launches on torch's current stream (or runs on the host) and returns None. Otherwise it is two
 //! steps, so that Python can allocate between them: `call` (or `plan`) returns a [`Plan`] that knows the output
-//! shapes and the device workspace the call needs (`workspace_bytes`: non-zero only for the chunk64 and cp
-//! prefill plans), and `Plan.run(output, state_out, stream, workspace)` validates the destinations and runs.
+//! shapes and the device workspace the call needs (`workspace_bytes`: non-zero only for the multi-kernel
+//! prefill plans: chunk64, cp, the device plan), and `Plan.run(output, state_out, stream, workspace)` validates the destinations and runs.
 //! No allocation and no sync here in either form. Tensors are described by [`objects`]: torch CUDA tensors
 //! directly, everything else through the Python layer.
 
@@ -84,7 +84,7 @@ impl Plan {
     }
 
     /// Bytes of device workspace `run` needs (a CUDA uint8 tensor of the inputs' device): 0 on the host and
-    /// for every plan but the chunk64 and cp prefill plans. Opens the device on first use.
+    /// for every plan but the multi-kernel prefill plans (chunk64, cp, the device plan). Opens the device on first use.
     #[getter]
     fn workspace_bytes(&self, py: Python<'_>) -> PyResult<u64> {
         match self.c.device {

@@ -1,6 +1,6 @@
 // common/gates.cuh — the GDN gates and the small scalar types every gdn kernel shares.
 //
-// Compiled by NVRTC at run time (and by nvcc in the device tools under tools/), so it includes nothing but
+// Compiled by NVRTC at run time (by gdn, and by the tools under tools/), so it includes nothing but
 // <cuda_bf16.h>: NVRTC sees no system headers. All kernels index memory with 64-bit integers (`i64`).
 //
 // Gate math, exactly as the flashinfer-bench definitions (fp32):

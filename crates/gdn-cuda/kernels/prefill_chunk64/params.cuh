@@ -34,14 +34,14 @@ struct Prefill64Params {
 // (prep, passes, scan) with L = plan_cp_l_lo + (plan_cp_l_hi − plan_cp_l_lo)·(X − plan_cp_from)/(T − plan_cp_from).
 // A build of its own because a params struct of more than 128 bytes changes ptxas's code for the walks even where no
 // guard runs (the 1x8192 plain walk 5% slower): host-planned calls keep their kernels' code.
-// The device plan's launches are persistent: a launch that is not the call's costs one wave of CTAs that read X and
-// exit (~0.8 us per wave on the H200), where grids sized for the call (prep (T/64 + N + 1)·HV CTAs, six per SM; the
-// walk N·HV·2, one per SM) take 2-11 waves each. So each launch has at most one wave of CTAs (plan/prefill/device.rs
-// `launched_ctas`), and they loop over the grid the host sized (`vgrid`, the default build's grid of the same kernel;
-// dp_items in prefill_chunk64.cu): the prep by a fixed stride (its items cost the same), the walks and the scan by
-// claiming the next item from a counter (their items differ: a CTA that is done takes the next, as the block
-// scheduler would hand it a new CTA). The prep zeroes the counters; it runs whenever a launch that claims does,
-// before it in the stream.
+// The device plan's walk, cp passes and scan are persistent: a launch that is not the call's costs one wave of CTAs
+// that read X and exit (~0.8 us per wave on the H200), where grids sized for the call (the walk N·HV·2, one per SM)
+// take 2-11 waves. So each of them has at most one wave of CTAs (plan/prefill/types.rs `launched_ctas`), which
+// loop over the grid the host sized (`vgrid`, the default build's grid of the same kernel; dp_items in
+// prefill_chunk64.cu) by claiming the next item from a counter (their items differ: a CTA that is done takes the
+// next, as the block scheduler would hand it a new CTA). The prep keeps its grid ((T/64 + N + 1)·HV CTAs, one item
+// each: a loop would need twice its registers); it zeroes the counters, and runs whenever a launch that claims
+// does, before it in the stream.
 constexpr int DP_LAUNCHES = 5;     // prep, walk, cp pass 1, cp scan, cp pass 3 (the vgrid / counter index)
 struct Prefill64PlanParams {
     Prefill64Params p;             //   0

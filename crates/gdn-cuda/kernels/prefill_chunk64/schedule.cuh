@@ -60,7 +60,7 @@ constexpr i64 WALK_ORDER_MAX_N = 1024;
 __device__ __forceinline__ bool chunk64_ordered(const Prefill64Params& p) {
     return p.seg_chunks == 0 && p.num_seqs >= 2 && p.num_seqs <= WALK_ORDER_MAX_N;
 }
-// Bytes of the prep's records at the start of the workspace (registry.rs prefill64_record_bytes); the walk's order
+// Bytes of the prep's records at the start of the workspace (plan/prefill/workspace.rs prefill64_record_bytes); the walk's order
 // (chunk64) or the cp states follow them.
 __device__ __forceinline__ i64 record_bytes(const Prefill64Params& p) {
     return (p.total_tokens / C + p.num_seqs + 1) * (i64)p.num_v_heads * WS_CHUNK_BYTES;

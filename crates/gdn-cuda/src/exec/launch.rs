@@ -20,7 +20,7 @@ pub struct LaunchInfo {
     pub plan_name: &'static str,
     /// The kernels in stream order (nothing is launched when the first grid is empty).
     pub launches: Vec<Launch>,
-    /// Workspace the launches use (bytes; chunk64 only).
+    /// Workspace the launches use (bytes; the multi-kernel prefill plans: chunk64, cp, the device plan).
     pub workspace_bytes: u64,
 }
 

@@ -2,7 +2,7 @@
 //! from the folder `$GDN_KERNEL_DIR` when that is set (kernel work without rebuilding the binary).
 //! A file is named by its path relative to `kernels/` with `/` separators (`recurrent.cu`,
 //! `prefill_fused/prefill_fused.cu`, `common/sm90.cuh`). Every `.cuh` is handed to NVRTC as an in-memory header
-//! under that name, so `#include "common/gates.cuh"` needs no include path (the tools compile with nvcc
+//! under that name, so `#include "common/gates.cuh"` needs no include path (the tools under tools/ compile with NVRTC and
 //! `-I crates/gdn-cuda/kernels`, which resolves the same names).
 
 include!(concat!(env!("OUT_DIR"), "/sources.rs"));

@@ -128,7 +128,7 @@ def _run(fn, inputs, scale, output, state_out, state_in, serving=False, max_seql
         state_out = dest = _empty_like_family(q, plan.state_shape, state_in, None)
     ws = None
     if fn == "prefill" and plan.device >= 0:
-        nbytes = plan.workspace_bytes  # non-zero only for the chunk64 and cp plans
+        nbytes = plan.workspace_bytes  # non-zero only for the multi-kernel prefill plans (chunk64, cp, device plan)
         if nbytes:
             torch = _sys.modules["torch"]
             # lives until the launch is enqueued; torch's allocator orders its reuse on this stream
@@ -171,12 +171,13 @@ def prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, out
         max_seqlen: optional int, the longest sequence's length in tokens when the caller knows it on the
             host (as serving engines do). It only steers the plan choice — a wrong value costs speed, never
             correctness; it is never read from ``cu_seqlens`` (that would synchronise). Without it the
-            lengths are taken as equal.
+            host plans for equal lengths, or launches the device plan where skew could change the best plan.
 
-    On CUDA the kernels run as one of three plans, chosen by a cost model from the shape (and
-    ``max_seqlen``): "fused" (one kernel), "cp" / "cp2" (context parallel, four kernels: long sequences cut
-    into segments walked in parallel, with one or two warpgroups per walk CTA) or, for an odd number of value
-    heads, "chunk64" (two kernels). The multi-kernel plans share a scratch workspace taken from torch's caching allocator on the current stream;
+    On CUDA a cost model picks the plan from the shape (and ``max_seqlen``): "fused" (one kernel),
+    "chunk64" (prep + walk over 64-token chunks), "cp" / "cp2" (context parallel, four kernels: long sequences
+    cut into segments walked in parallel, with one or two warpgroups per walk CTA), or without ``max_seqlen``
+    the "device" plan (the candidate plans' kernels launched in turn; each reads the lengths on the device and
+    runs the call or exits). The multi-kernel plans share a scratch workspace taken from torch's caching allocator on the current stream;
     every plan is graph-capturable. ``GDN_KERNEL=<kernel name>`` forces a plan.
 
     Returns:

@@ -45,8 +45,9 @@ def prefill(
     a, b [T,HV] bf16; cu_seqlens [N+1] int64 on the tensors' device (values unchecked on CUDA).
     Returns (output [T,HV,D] bf16, new_state [N,HV,D,D]); zero-length sequences get a zero state row.
     max_seqlen: the longest sequence's length when known on the host (plan choice only; 0 <= it <= T).
-    On CUDA a cost model picks the plan: "fused" (one kernel), "cp"/"cp2" (context parallel, four kernels) or,
-    for odd HV, "chunk64"; the multi-kernel plans take a scratch workspace from torch's caching allocator
+    On CUDA a cost model picks the plan: "fused" (one kernel), "chunk64" (two kernels), "cp"/"cp2" (context
+    parallel, four kernels) or, without max_seqlen, the "device" plan (lengths read on the device); the
+    multi-kernel plans take a scratch workspace from torch's caching allocator
     (current stream; graph-capturable)."""
 
 def mtp(
