@@ -1,17 +1,22 @@
 //! `gdn bench`: for every workload class, correctness first (backend vs the float64 reference, contest
 //! tolerance; a failing class is not timed), then latency per timing tier over rotating input sets, then the
 //! copy floor for the same byte count. Prints one table per class and optionally writes everything as JSON
-//! (schema `gdn-bench/1`, documented in the README). On CUDA every row says what ran (the kernel, or the
+//! (schema `gdn-bench/1`, documented in docs/benchmarks.md). On CUDA every row says what ran (the kernel, or the
 //! prefill plan and its kernels: `fused gdn_prefill_*` / `chunk64 gdn_prefill64_prep+gdn_prefill64_walk_*`).
+//! With `--dataset DIR` the classes are the definitions of a flashinfer-trace dataset and their workloads:
+//! every workload is checked (contest rule) before any of its class is timed.
 
 use crate::backend::Engine;
 use crate::bench_classes::{self as classes, Class, Scope};
 use crate::cmd_check::Target;
+use crate::dataset::{self, DatasetArgs};
 use crate::table::{new_table, num, progress, quantile, sci, si};
-use crate::verify::{verify, Verdict};
+use crate::verify::{merge_verdicts, verify, verify_tensors, Verdict};
 use anyhow::{bail, Context, Result};
+use gdn_core::dataset::{Dataset, Workload};
 use gdn_core::workload::{generate, WorkloadSpec};
-use gdn_core::{Backend, Heads, Outputs, Problem, TierSamples, Timed, TimingConfig};
+use gdn_core::{Backend, Heads, Outputs, Problem, RunOptions, TensorMap};
+use gdn_core::{TierSamples, Timed, TimingConfig};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -20,6 +25,8 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     target: Target,
+    #[command(flatten)]
+    data: DatasetArgs,
     /// Head configuration `qk{H}_v{HV}` (head size 128).
     #[arg(long, default_value = "qk4_v8")]
     heads: String,
@@ -49,7 +56,7 @@ pub struct Args {
     /// Prefill: bench this one configuration instead of the anchors and the mix; comma-separated lengths, `NxL`
     /// for N sequences of L tokens (e.g. `1048576`, `64x1024,3x77`). Correctness is checked on the anchors'
     /// stand-in.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dataset")]
     seq_lens: Option<String>,
 }
 
@@ -199,6 +206,13 @@ pub fn main(a: Args) -> Result<()> {
         ],
     };
     let todo: Vec<&Class> = all.iter().filter(|c| a.target.op.includes(c.op)).collect();
+    let ds = match &a.data.dataset {
+        Some(dir) => Some(dataset::open(dir, a.data.definition.as_deref(), |op| {
+            a.target.op.includes(op)
+        })?),
+        None => None,
+    };
+    let todo = if ds.is_some() { vec![] } else { todo };
     let device = engine.device();
     eprintln!(
         "gdn bench: {} on {device}; {} threads; heads {}; iters <= {}, {} input sets{}",
@@ -210,13 +224,25 @@ pub fn main(a: Args) -> Result<()> {
         plan.budget_s
             .map_or(String::new(), |b| format!(", <= {b} s per workload"))
     );
-    let n_items: usize = todo.iter().map(|c| c.items.len() + 1).sum();
+    let n_items: usize = match &ds {
+        Some(ds) => 2 * ds.workloads.len(),
+        None => todo.iter().map(|c| c.items.len() + 1).sum(),
+    };
     let pb = progress(n_items as u64, "bench");
     let mut results = vec![];
     let mut methods = serde_json::Map::new();
     let mut failures = vec![];
     for class in todo {
         let r = bench_class(&engine, class, &plan, &a, &pb, &mut methods)?;
+        pb.suspend(|| print_class(&r, cpu, threads));
+        if !r.check.verdict.passed {
+            failures.push(r.name.clone());
+        }
+        results.push(r);
+    }
+    for ws in ds.as_ref().map(by_definition).unwrap_or_default() {
+        let ds = ds.as_ref().expect("dataset");
+        let r = bench_dataset_class(&engine, ds, &ws, &plan, &a, &pb, &mut methods)?;
         pb.suspend(|| print_class(&r, cpu, threads));
         if !r.check.verdict.passed {
             failures.push(r.name.clone());
@@ -233,6 +259,8 @@ pub fn main(a: Args) -> Result<()> {
             "config": {
                 "op": format!("{:?}", a.target.op).to_lowercase(),
                 "heads": a.heads,
+                "dataset": a.data.dataset,
+                "definition": a.data.definition,
                 "seed": a.seed,
                 "quick": a.quick,
                 "full": a.full,
@@ -298,6 +326,69 @@ fn bench_class(
     Ok(r)
 }
 
+/// A dataset's workloads grouped by definition, in the order the definitions first appear.
+fn by_definition(ds: &Dataset) -> Vec<Vec<&Workload>> {
+    let mut groups: Vec<Vec<&Workload>> = Vec::new();
+    for w in &ds.workloads {
+        match groups.iter_mut().find(|g| g[0].def.name == w.def.name) {
+            Some(g) => g.push(w),
+            None => groups.push(vec![w]),
+        }
+    }
+    groups
+}
+
+/// One definition's workloads of a dataset: each checked against the float64 reference (contest rule), and
+/// only when every one passed, each timed with its tensors copied into `--input-sets` sets.
+fn bench_dataset_class(
+    engine: &Engine,
+    ds: &Dataset,
+    ws: &[&Workload],
+    plan: &Plan,
+    a: &Args,
+    pb: &indicatif::ProgressBar,
+    methods: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<ClassResult> {
+    let def = &ws[0].def;
+    let mut verdicts = Vec::new();
+    for w in ws {
+        let case = w.label();
+        pb.set_message(format!("{}: checking {case}", def.name));
+        let (tensors, p) = w.load(&ds.root, a.seed)?;
+        verdicts.push(verify_tensors(engine, &case, &p, &tensors).with_context(|| w.place())?);
+        pb.inc(1);
+    }
+    let verdict = merge_verdicts(&format!("every workload ({})", ws.len()), &verdicts);
+    let mut r = ClassResult {
+        name: def.name.clone(),
+        op: def.op.name().into(),
+        mix: true,
+        check: CheckResult {
+            workload: verdict.case.clone(),
+            stand_in: None,
+            verdict,
+        },
+        skipped: vec![],
+        workloads: vec![],
+        total: None,
+    };
+    if !r.check.verdict.passed {
+        pb.inc(ws.len() as u64);
+        return Ok(r);
+    }
+    for w in ws {
+        pb.set_message(format!("{}: {}", def.name, w.label()));
+        let (tensors, p) = w.load(&ds.root, a.seed)?;
+        let sets = vec![tensors; plan.cfg.input_sets];
+        let res = bench_sets(engine, &w.label(), p, &sets, 1, plan, methods)
+            .with_context(|| w.place())?;
+        r.workloads.push(res);
+        pb.inc(1);
+    }
+    r.total = Some(aggregate(r.workloads.iter()));
+    Ok(r)
+}
+
 fn bench_workload(
     engine: &Engine,
     spec: &WorkloadSpec,
@@ -306,17 +397,33 @@ fn bench_workload(
     plan: &Plan,
     methods: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<WorkloadResult> {
-    let (def, opts) = (spec.definition(), spec.options());
     let sets: Vec<_> = (0..plan.cfg.input_sets as u64)
         .map(|k| generate(spec, seed.wrapping_add(k)))
         .collect();
-    let mut p = Problem::from_tensors(&def, &sets[0], &opts)?;
-    if !plan.length_hint && def.op == gdn_core::Op::Prefill {
+    let p = spec.problem(&sets[0])?;
+    bench_sets(engine, &spec.label, p, &sets, count, plan, methods)
+}
+
+/// Times `p` over the input sets `sets` (each valid for `p`'s definition and options), then the copy floor.
+fn bench_sets(
+    engine: &Engine,
+    label: &str,
+    mut p: Problem,
+    sets: &[TensorMap],
+    count: usize,
+    plan: &Plan,
+    methods: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<WorkloadResult> {
+    let opts = RunOptions {
+        scale: None,
+        mtp_mode: p.mtp_mode,
+    };
+    if !plan.length_hint && p.def.op == gdn_core::Op::Prefill {
         p.dims.max_seq_len = None;
     }
     let inputs = sets
         .iter()
-        .map(|t| Problem::from_tensors(&def, t, &opts).map(|_| p.inputs(t)))
+        .map(|t| Problem::from_tensors(&p.def, t, &opts).map(|_| p.inputs(t)))
         .collect::<gdn_core::Result<Vec<_>>>()?;
     let mut cfg = plan.cfg.clone();
     if let Some(budget) = plan.budget_s {
@@ -347,7 +454,7 @@ fn bench_workload(
         })
         .collect();
     Ok(WorkloadResult {
-        label: spec.label.clone(),
+        label: label.to_string(),
         kernel,
         count,
         batch: p.dims.num_seqs,

@@ -10,9 +10,13 @@
 //! Any failure → exit 1. On CUDA every prefill case runs once per prefill plan (the host plans, the device plan
 //! and its routes, forced; same inputs), and the row says which plan ran; with `GDN_KERNEL` set, once, as it
 //! decides.
+//!
+//! With `--dataset DIR` the cases are the workloads of a flashinfer-trace dataset instead (dataset.rs), each
+//! run once with the backend's own plan and held to the contest rule.
 
 use crate::backend::{Choice, Engine};
 use crate::check_offsets;
+use crate::dataset::{self, DatasetArgs};
 use crate::table::{new_table, progress, sci};
 use crate::verify::{verify_prepared, Prepared, Verdict, WINDOW};
 use anyhow::{bail, Context, Result};
@@ -24,10 +28,12 @@ use std::path::PathBuf;
 pub struct Args {
     #[command(flatten)]
     target: Target,
+    #[command(flatten)]
+    data: DatasetArgs,
     /// A trimmed sweep (CI smoke): fewer batch sizes and shorter sequences.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "dataset")]
     quick: bool,
-    /// Base seed; case i uses seed + i.
+    /// Base seed; case i uses seed + i (with --dataset: the seed of its random inputs).
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Write the per-case results as JSON.
@@ -283,6 +289,21 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
 
 pub fn main(a: Args) -> Result<()> {
     let engine = Engine::open(a.target.backend)?;
+    let results = match &a.data.dataset {
+        Some(dir) => dataset::check(
+            &engine,
+            dir,
+            a.data.definition.as_deref(),
+            |op| a.target.op.includes(op),
+            a.seed,
+        )?,
+        None => sweep(&engine, &a)?,
+    };
+    report(&engine, &a, &results)
+}
+
+/// The generated cases, each once per prefill plan on CUDA, then the 64-bit offset case (full sweep on CUDA).
+fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
     // (case, seed, plan): case i (after --op) uses seed + i, with every plan
     let plans = engine.prefill_plans();
     let cases: Vec<(WorkloadSpec, u64)> = cases(a.quick)
@@ -322,20 +343,25 @@ pub fn main(a: Args) -> Result<()> {
         pb.set_message(spec.label.clone());
         let prepared = Prepared::new(spec, *seed)?;
         for plan in plans_of(spec.op) {
-            results.push(verify_prepared(&engine, &prepared, plan)?);
+            results.push(verify_prepared(engine, &prepared, plan)?);
             pb.inc(1);
         }
     }
     if offsets {
         pb.set_message(check_offsets::label());
         results.extend(check_offsets::run(
-            &engine,
+            engine,
             a.seed + cases.len() as u64,
             &plans,
         )?);
         pb.inc(plans.len() as u64);
     }
     pb.finish_and_clear();
+    Ok(results)
+}
+
+/// The table, the stability lines, the failures, the JSON; an error when a case failed.
+fn report(engine: &Engine, a: &Args, results: &[Verdict]) -> Result<()> {
     let mut t = new_table(&[
         "case",
         "max abs err",
@@ -344,7 +370,7 @@ pub fn main(a: Args) -> Result<()> {
         "failed elements",
         "result",
     ]);
-    for r in &results {
+    for r in results {
         t.add_row(vec![
             r.case.clone(),
             sci(r.max_abs),
@@ -385,6 +411,8 @@ pub fn main(a: Args) -> Result<()> {
             "device": engine.device(),
             "seed": a.seed,
             "quick": a.quick,
+            "dataset": a.data.dataset,
+            "definition": a.data.definition,
             "cases": results,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)

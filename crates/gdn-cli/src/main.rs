@@ -2,7 +2,9 @@
 //!
 //! Subcommands, one file each: `run` (one workload file through a backend), `check` (correctness sweep vs
 //! the float64 reference), `bench` (correctness, then timing against the copy floor), `plot` (SVG from a
-//! bench JSON), `gen` (a random workload file). Every failure ends as one line `error: ...` on stderr and a non-zero exit code.
+//! bench JSON), `gen` (a random workload file), `workloads` (a flashinfer-trace dataset), `kernels` (NVRTC
+//! compile report). `run`, `check` and `bench` also read a flashinfer-trace dataset (`--dataset`, dataset.rs).
+//! Every failure ends as one line `error: ...` on stderr and a non-zero exit code.
 
 mod backend;
 mod bench_classes;
@@ -13,6 +15,8 @@ mod cmd_gen;
 mod cmd_kernels;
 mod cmd_plot;
 mod cmd_run;
+mod cmd_workloads;
+mod dataset;
 mod table;
 mod verify;
 
@@ -31,7 +35,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run one flashinfer-bench workload (safetensors in, safetensors out).
+    /// Run one flashinfer-bench workload (safetensors in, safetensors out), or every workload of a dataset.
     Run(cmd_run::Args),
     /// Correctness sweep of a backend against the float64 reference.
     Check(cmd_check::Args),
@@ -41,6 +45,8 @@ enum Command {
     Plot(cmd_plot::Args),
     /// Write a seeded random workload (a definition's inputs) as safetensors.
     Gen(cmd_gen::Args),
+    /// Write a flashinfer-trace dataset (definitions, workloads JSONL, safetensors) of the benched workloads.
+    Workloads(cmd_workloads::Args),
     /// Compile every CUDA kernel with NVRTC (no GPU needed) and print registers, shared memory, spills.
     Kernels(cmd_kernels::Args),
 }
@@ -67,6 +73,7 @@ fn main() {
         Command::Bench(a) => cmd_bench::main(a),
         Command::Plot(a) => cmd_plot::main(a),
         Command::Gen(a) => cmd_gen::main(a),
+        Command::Workloads(a) => cmd_workloads::main(a),
         Command::Kernels(a) => cmd_kernels::main(a),
     };
     if let Err(e) = result {

@@ -1,5 +1,6 @@
 //! One correctness case: generate a workload, run the backend on poisoned outputs, compare with the float64
-//! reference. Shared by `gdn check` (many cases, each once per prefill plan) and `gdn bench` (one per class).
+//! reference. Shared by `gdn check` (many cases, each once per prefill plan) and `gdn bench` (one per class);
+//! a dataset's workloads (`--dataset`) come with their tensors and are held to the contest rule alone.
 //!
 //! The rule is the contest's element rule everywhere. Prefill on normalised q/k with an fp32 (or no) state must
 //! also meet the numerics targets of the prefill issue: relative L2 ≤ [`PREFILL_OUT_REL_L2`] on the output and
@@ -77,6 +78,58 @@ impl Prepared {
 /// Runs `spec` (seeded) on `engine` and compares it with the float64 reference.
 pub fn verify(engine: &Engine, spec: &WorkloadSpec, seed: u64) -> Result<Verdict> {
     verify_prepared(engine, &Prepared::new(spec, seed)?, None)
+}
+
+/// A dataset workload: `tensors` (validated as `p`) run on `engine` with the backend's own plan and compared
+/// with the float64 reference by the contest rule alone (a dataset says nothing of how q/k were drawn).
+pub fn verify_tensors(
+    engine: &Engine,
+    case: &str,
+    p: &Problem,
+    tensors: &TensorMap,
+) -> Result<Verdict> {
+    let x = p.inputs(tensors);
+    let reference = reference::run(p, &x);
+    let mut out = Outputs::poisoned(p, &x);
+    let plan = engine
+        .plan_label(p)
+        .with_context(|| format!("{} on {case}", engine.name()))?;
+    engine
+        .run(p, &x, &mut out)
+        .with_context(|| format!("{} on {case}", engine.name()))?;
+    let report = compare(p, &out, &reference, &CONTEST, &CONTEST);
+    let mut v = verdict(case, &report);
+    v.plan = plan;
+    Ok(v)
+}
+
+/// One verdict for many (a dataset class): passed when all passed, the worst errors, the failures summed, the
+/// first failure's summary.
+pub fn merge_verdicts(case: &str, all: &[Verdict]) -> Verdict {
+    let mut m = Verdict {
+        case: case.to_string(),
+        plan: None,
+        passed: all.iter().all(|v| v.passed),
+        max_abs: 0.0,
+        rel_l2_output: 0.0,
+        rel_l2_state: 0.0,
+        rel_l2_windows: Vec::new(),
+        failed: 0,
+        summary: format!("PASS all {} workloads", all.len()),
+        refused: None,
+    };
+    for v in all {
+        m.max_abs = nan_max(m.max_abs, v.max_abs);
+        m.rel_l2_output = nan_max(m.rel_l2_output, v.rel_l2_output);
+        if !v.rel_l2_state.is_nan() {
+            m.rel_l2_state = m.rel_l2_state.max(v.rel_l2_state);
+        }
+        m.failed += v.failed;
+    }
+    if let Some(f) = all.iter().find(|v| !v.passed) {
+        m.summary = format!("{}: {}", f.case, f.summary);
+    }
+    m
 }
 
 /// The tolerances of (output, state) for a problem: the contest rule, plus the prefill numerics targets on

@@ -292,6 +292,53 @@ impl Definition {
         }
     }
 
+    /// The variable axes (bound by each workload), in the order the tensors first name them.
+    pub fn var_axes(&self) -> Vec<&'static str> {
+        let mut axes = Vec::new();
+        for s in self.inputs().into_iter().chain(self.outputs()) {
+            for &a in s.shape.iter().flatten() {
+                if self.const_axis(a).is_none() && !axes.contains(&a) {
+                    axes.push(a);
+                }
+            }
+        }
+        axes
+    }
+
+    /// A definition JSON describing this definition in flashinfer-bench's fields (name, op_type, axes,
+    /// inputs, outputs), without the `reference` code a published definition carries: [`Definition::from_json`]
+    /// reads it back as this definition, but the harness needs the published JSON.
+    pub fn to_json(&self) -> Value {
+        let mut axes = serde_json::Map::new();
+        let specs = |list: Vec<TensorSpec>, axes: &mut serde_json::Map<String, Value>| {
+            let mut m = serde_json::Map::new();
+            for s in list {
+                for &a in s.shape.iter().flatten() {
+                    let ax = match self.const_axis(a) {
+                        Some(v) => serde_json::json!({"type": "const", "value": v}),
+                        None => serde_json::json!({"type": "var"}),
+                    };
+                    axes.insert(a.to_string(), ax);
+                }
+                let mut t = serde_json::json!({"shape": s.shape, "dtype": s.dtype.name()});
+                if s.optional {
+                    t["optional"] = Value::Bool(true);
+                }
+                m.insert(s.name.to_string(), t);
+            }
+            Value::Object(m)
+        };
+        let inputs = specs(self.inputs(), &mut axes);
+        let outputs = specs(self.outputs(), &mut axes);
+        serde_json::json!({
+            "name": self.name,
+            "op_type": "gdn",
+            "axes": axes,
+            "inputs": inputs,
+            "outputs": outputs,
+        })
+    }
+
     /// Reads a flashinfer-bench definition JSON file (see [`Definition::from_json`]).
     pub fn from_json_file(path: &Path) -> Result<Definition> {
         let text = std::fs::read_to_string(path)
@@ -490,6 +537,28 @@ mod tests {
         let d = Definition::builtin("gdn_mtp_qk2_v8_d64_k_last").unwrap();
         assert_eq!((d.op, d.heads.ratio()), (Op::Mtp, 4));
         assert_eq!(d.heads.qk_head(7), 1);
+    }
+
+    #[test]
+    fn to_json_reads_back_and_lists_the_variable_axes() {
+        for name in [
+            "gdn_decode_qk4_v8_d128_k_last",
+            "gdn_prefill_qk2_v8_d64_k_last",
+            "gdn_mtp_qk16_v32_d128_k_last",
+        ] {
+            let d = Definition::builtin(name).unwrap();
+            assert_eq!(Definition::from_json(&d.to_json()).unwrap(), d, "{name}");
+        }
+        let var = |n: &str| Definition::builtin(n).unwrap().var_axes();
+        assert_eq!(var("gdn_decode_qk4_v8_d128_k_last"), ["batch_size"]);
+        assert_eq!(
+            var("gdn_prefill_qk4_v8_d128_k_last"),
+            ["total_seq_len", "num_seqs", "len_cu_seqlens"]
+        );
+        assert_eq!(
+            var("gdn_mtp_qk4_v8_d128_k_last"),
+            ["batch_size", "seq_len", "pool_size"]
+        );
     }
 
     #[test]

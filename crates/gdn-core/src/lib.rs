@@ -1,9 +1,11 @@
 //! gdn-core: the Gated Delta Net problem model (the flashinfer-bench GDN definitions), input validation,
 //! safetensors I/O, a float64 reference (token-by-token and chunked WY forms), a fast multithreaded CPU
-//! backend, random workload generation and the correctness comparison every backend is checked with.
+//! backend, random workload generation, flashinfer-trace datasets and the correctness comparison every backend
+//! is checked with.
 
 pub mod compare;
 pub mod cpu;
+pub mod dataset;
 pub mod definition;
 pub mod dtype;
 pub mod error;

@@ -360,9 +360,11 @@ fn fit_log_totals(us: &[f64], lo: f64, hi: f64, target: usize) -> Vec<usize> {
     totals((a * b).sqrt())
 }
 
-/// Splits `total` tokens into `n` sequences (≥ 1 each, ≤ MAX_SEQ) with heavy-tailed lognormal weights.
+/// Splits `total` tokens into `n` sequences (≥ 1 each, ≤ MAX_SEQ) with heavy-tailed lognormal weights; `n`
+/// is raised to the fewest sequences of at most MAX_SEQ tokens that hold `total` (a single 8000-token sequence
+/// cannot be one of the set's).
 fn split_total(rng: &mut StdRng, total: usize, n: usize) -> Vec<usize> {
-    let n = n.clamp(1, total);
+    let n = n.clamp(total.div_ceil(MAX_SEQ).max(1), total.max(1));
     let w: Vec<f64> = (0..n)
         .map(|_| (1.6 * rng.sample::<f64, _>(StandardNormal)).exp())
         .collect();
@@ -457,6 +459,22 @@ mod tests {
             assert!((350..=1100).contains(&pct(&lens, 0.9)), "{line}");
             assert!((1500..=4500).contains(&pct(&lens, 0.99)), "{line}");
             assert!(mix.iter().all(|s| s.normalize_qk && s.op == Op::Prefill));
+        }
+    }
+
+    #[test]
+    fn every_seed_draws_a_mix_within_the_longest_sequence() {
+        let heads = Heads::new(4, 8, 128).unwrap();
+        for seed in 0..24u64 {
+            let mix = contest_prefill_mix(heads, seed);
+            assert_eq!(mix.len(), 100, "seed {seed}");
+            for s in &mix {
+                assert!(
+                    s.seq_lens.iter().all(|&l| (1..=MAX_SEQ).contains(&l)),
+                    "seed {seed}: {}",
+                    s.label
+                );
+            }
         }
     }
 
