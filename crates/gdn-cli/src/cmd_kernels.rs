@@ -1,20 +1,24 @@
-//! `gdn kernels`: compiles every CUDA kernel variant for an architecture with NVRTC alone (no GPU, no
-//! driver) and prints, per kernel, the ptxas resource report: registers, stack frame, spill stores/loads,
-//! static shared memory, and the launch's block size and dynamic shared memory from the registry.
-//! The last line is exactly `N kernels compiled, S with spills`; the exit code is non-zero when a source
-//! fails to compile, a registered kernel is missing from its module, or a hot kernel spills.
+//! `gdn kernels`: compiles every CUDA kernel variant for an architecture (or, with `--arch all`, for each
+//! architecture CI covers) with NVRTC alone (no GPU, no driver) and prints, per kernel, the ptxas resource report:
+//! registers, stack frame, spill stores/loads, static shared memory, and the launch's block size and dynamic shared
+//! memory from the registry. A module that does not declare the architecture (`registry::Module::arches`) is
+//! listed as not built for it, which is no error. The last line is exactly `N kernels compiled, S with spills`
+//! (summed over the architectures); the exit code is non-zero when a module fails to compile for an architecture
+//! it declares, a registered kernel is missing from its module, or a hot kernel spills.
 //! `--policy` also prints which kernel (prefill: which plan and kernels) the policy picks for the contest's
 //! shapes on a 132-SM Hopper.
 
 use anyhow::Result;
 use gdn_core::Op;
-use gdn_cuda::kernels::registry::StateDtype;
-use gdn_cuda::kernels::report::compile_all;
+use gdn_cuda::kernels::registry::{Arch, StateDtype};
+use gdn_cuda::kernels::report::{compile_all, ModuleReport};
 use gdn_cuda::plan::{self, DeviceCaps, Shape};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// NVRTC target architecture (gdn's kernels are built for sm_90a).
+    /// NVRTC target architecture (sm_80, sm_90a, sm_100f, ...), or `all`: every architecture CI compiles for
+    /// (sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100, sm_100a, sm_120). Modules that do not declare it are listed
+    /// as not built.
     #[arg(long, default_value = plan::SUPPORTED_ARCH)]
     arch: String,
     /// Also print the kernel choice for representative decode / MTP / prefill shapes.
@@ -23,6 +27,7 @@ pub struct Args {
 }
 
 pub fn main(a: Args) -> Result<()> {
+    let targets = Arch::targets(&a.arch).map_err(anyhow::Error::msg)?;
     // The report is ptxas's own output, which NVRTC 13 skips when it serves a compile from the CUDA compute
     // cache (a source another gdn process compiled before): keep NVRTC from that cache for this command
     // (nvrtc::compile_with_report). Set before NVRTC is loaded; this process has no other threads yet.
@@ -33,53 +38,96 @@ pub fn main(a: Args) -> Result<()> {
         "{}",
         gdn_cuda::runtime::nvrtc::describe().map_err(anyhow::Error::msg)?
     );
-    println!(
-        "target {}; CUBIN cache {}",
-        a.arch,
-        gdn_cuda::runtime::nvrtc::cache_dir()
-            .map(|d| d.display().to_string())
-            .unwrap_or_else(|| "(none: no HOME)".into())
-    );
-    let modules = compile_all(&a.arch).map_err(anyhow::Error::msg)?;
+    let (mut compiled, mut spilled) = (0usize, 0usize);
+    let mut failures: Vec<String> = Vec::new();
+    for &arch in &targets {
+        println!(
+            "target {arch}; CUBIN cache {}",
+            gdn_cuda::runtime::nvrtc::cache_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|| "(none: no HOME)".into())
+        );
+        let modules = compile_all(arch).map_err(anyhow::Error::msg)?;
+        let (c, s) = print_report(arch, targets.len() > 1, &modules, &mut failures);
+        if targets.len() > 1 {
+            println!("{arch}: {c} kernels compiled, {s} with spills");
+        }
+        compiled += c;
+        spilled += s;
+    }
+    if a.policy {
+        print_policy();
+    }
+    for f in &failures {
+        eprintln!("error: {}", f.replace('\n', "\n       "));
+    }
+    println!("{compiled} kernels compiled, {spilled} with spills");
+    if !failures.is_empty() {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Prints one architecture's table; returns (kernels compiled, kernels that spill) and adds its failures.
+/// With `several` targets, each failure names its architecture.
+fn print_report(
+    arch: Arch,
+    several: bool,
+    modules: &[ModuleReport],
+    failures: &mut Vec<String>,
+) -> (usize, usize) {
+    let at = if several {
+        format!(" ({arch})")
+    } else {
+        String::new()
+    };
     println!(
         "{:<34} {:>4} {:>5} {:>4} {:>6} {:>8} {:>8} {:>8} {:>8}",
         "kernel", "hot", "block", "regs", "stack", "spill_st", "spill_ld", "smem", "dyn_smem"
     );
     let (mut compiled, mut spilled) = (0usize, 0usize);
-    let mut failures: Vec<String> = Vec::new();
-    for m in &modules {
-        match &m.compiled {
-            Err(e) => {
-                failures.push(format!("{}: {e}", m.module.source));
+    for m in modules {
+        let c = match &m.compiled {
+            None => {
+                println!(
+                    "# {} ({}) not built for {arch} ({}): {} kernels",
+                    m.module.source,
+                    m.module.defines.join(" "),
+                    m.module.arches,
+                    m.kernels.len()
+                );
                 continue;
             }
-            Ok(c) => println!(
-                "# {} ({}) {} KiB CUBIN, {}",
-                m.module.source,
-                m.module.defines.join(" "),
-                c.cubin.len() / 1024,
-                if c.from_cache {
-                    "from cache".to_string()
-                } else {
-                    format!("compiled in {:.2} s", c.seconds)
-                }
-            ),
-        }
+            Some(Err(e)) => {
+                failures.push(format!("{}{at}: {e}", m.module.source));
+                continue;
+            }
+            Some(Ok(c)) => c,
+        };
+        println!(
+            "# {} ({}) {} KiB CUBIN, {}",
+            m.module.source,
+            m.module.defines.join(" "),
+            c.cubin.len() / 1024,
+            if c.from_cache {
+                "from cache".to_string()
+            } else {
+                format!("compiled in {:.2} s", c.seconds)
+            }
+        );
         for k in &m.kernels {
             let v = k.variant;
             let Some(r) = &k.resources else {
-                let report = m
-                    .compiled
-                    .as_ref()
-                    .is_ok_and(|c| gdn_cuda::runtime::nvrtc::has_ptxas_report(&c.log));
-                failures.push(if report {
+                failures.push(if gdn_cuda::runtime::nvrtc::has_ptxas_report(&c.log) {
                     format!(
-                        "{}: registered kernel {} is not in the compiled module",
+                        "{}{at}: registered kernel {} is not in the compiled module",
                         m.module.source, v.name
                     )
                 } else {
                     format!(
-                        "{}: no ptxas report for {} (NVRTC served the compile from the CUDA compute \
+                        "{}{at}: no ptxas report for {} (NVRTC served the compile from the CUDA compute \
                          cache: is CUDA_CACHE_DISABLE set to something other than 1?)",
                         m.module.source, v.name
                     )
@@ -91,7 +139,7 @@ pub fn main(a: Args) -> Result<()> {
                 spilled += 1;
                 if v.hot {
                     failures.push(format!(
-                        "hot kernel {} spills ({} bytes stored, {} loaded)",
+                        "hot kernel {}{at} spills ({} bytes stored, {} loaded)",
                         v.name, r.spill_stores, r.spill_loads
                     ));
                 }
@@ -110,19 +158,7 @@ pub fn main(a: Args) -> Result<()> {
             );
         }
     }
-    if a.policy {
-        print_policy();
-    }
-    for f in &failures {
-        eprintln!("error: {}", f.replace('\n', "\n       "));
-    }
-    println!("{compiled} kernels compiled, {spilled} with spills");
-    if !failures.is_empty() {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        std::process::exit(1);
-    }
-    Ok(())
+    (compiled, spilled)
 }
 
 /// The policy's choice for the contest's shapes (qk4_v8) on a 132-SM Hopper.

@@ -332,4 +332,72 @@ mod table {
         );
         assert!(checks_appendix(&PREFILL).contains("(gdn_prefill::C), 16>"));
     }
+
+    /// Architecture names parse as NVRTC spells them (and print back the same); `all` is the CI list.
+    #[test]
+    fn architectures_parse() {
+        for (name, cc, features) in [
+            ("sm_80", 80, ArchFeatures::Portable),
+            ("sm_90a", 90, ArchFeatures::Specific),
+            ("sm_100f", 100, ArchFeatures::Family),
+            ("sm_120", 120, ArchFeatures::Portable),
+        ] {
+            let a = Arch::parse(name).unwrap();
+            assert_eq!((a.cc, a.features), (cc, features), "{name}");
+            assert_eq!(a.to_string(), name);
+        }
+        for bad in [
+            "",
+            "all",
+            "sm90a",
+            "sm_",
+            "sm_9",
+            "sm_9x",
+            "sm_90b",
+            "compute_90a",
+            "SM_90",
+            "sm_1000",
+        ] {
+            assert!(Arch::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        let all = Arch::targets("all").unwrap();
+        assert_eq!(all.len(), ARCHES.len());
+        assert!(all.iter().zip(ARCHES).all(|(a, n)| a.to_string() == n));
+        assert_eq!(
+            Arch::targets("sm_89").unwrap(),
+            vec![Arch::parse("sm_89").unwrap()]
+        );
+        assert!(Arch::targets("sm_89,sm_90").is_err());
+        assert_eq!(Arch::parse(gdn_cuda::plan::SUPPORTED_ARCH).unwrap(), SM90A);
+    }
+
+    /// Which modules each architecture builds: decode and MTP everywhere from Ampere on (a future architecture
+    /// too), the fused prefill from Hopper on, the chunk64 / cp modules on sm_90a alone; a device plan's build
+    /// declares what the module it is built from declares.
+    #[test]
+    fn modules_are_selected_by_architecture() {
+        let ids = |name: &str| -> Vec<&str> {
+            modules_for(Arch::parse(name).unwrap())
+                .iter()
+                .map(|m| m.id)
+                .collect()
+        };
+        for name in ["sm_80", "sm_86", "sm_89"] {
+            assert_eq!(ids(name), ["recurrent"], "{name}");
+        }
+        for name in ["sm_90", "sm_100", "sm_100a", "sm_100f", "sm_120", "sm_130"] {
+            assert_eq!(ids(name), ["recurrent", "prefill", "prefill_dp"], "{name}");
+        }
+        assert_eq!(ids("sm_90a").len(), modules().len());
+        assert!(ids("sm_75").is_empty());
+        for m in modules() {
+            if let Some(dp) = device_plan_module(m) {
+                assert_eq!(dp.arches, m.arches, "{}", dp.id);
+            }
+        }
+        assert!(Arches::From(90).contains(Arch::parse("sm_90a").unwrap()));
+        assert!(!Arches::Only(SM90A).contains(Arch::parse("sm_90").unwrap()));
+        assert_eq!(Arches::Only(SM90A).to_string(), "sm_90a only");
+        assert_eq!(Arches::From(80).to_string(), "sm_80 and later");
+    }
 }
