@@ -136,7 +136,7 @@ fn chunk64_grids_and_launches() {
         f,
         PrefillPlan::Fused {
             variant: Launch {
-                why: f.why().to_string(),
+                why: f.why().into(),
                 ..select::choose(&pre(5, 100, 8, F32), &H100, None).unwrap()
             }
         }

@@ -6,6 +6,7 @@
 use crate::kernels::registry::{self, prefill64, Family, GridOrder, StateDtype, Variant, HEAD_DIM};
 use crate::plan::{DeviceCaps, Launch, Rejection, Shape, MAX_GRID_X, MAX_GRID_YZ, SUPPORTED_CC};
 use gdn_core::Op;
+use std::sync::Arc;
 
 /// Chunk slots of the prefill64 plans for T tokens in N sequences: `T / 64 + N + 1` (64-bit). The prep runs
 /// one CTA per (slot, value head); the workspace holds one chunk record per (slot, value head).
@@ -132,7 +133,7 @@ pub(crate) fn configure(
     variant: &'static Variant,
     s: &Shape,
     caps: &DeviceCaps,
-    why: String,
+    why: impl Into<Arc<str>>,
 ) -> Result<Launch, Rejection> {
     let (gx, gy, gz) = grid_of(variant, s);
     for (dim, got, max) in [
@@ -156,7 +157,7 @@ pub(crate) fn configure(
         grid: (gx as u32, gy as u32, gz as u32),
         block: variant.block,
         dyn_smem: variant.dyn_smem,
-        why,
+        why: why.into(),
     })
 }
 
@@ -165,7 +166,7 @@ pub(crate) fn configure_cp(
     variant: &'static Variant,
     s: &Shape,
     caps: &DeviceCaps,
-    why: String,
+    why: impl Into<Arc<str>>,
     seg_chunks: u64,
 ) -> Result<Launch, Rejection> {
     let mut c = configure(variant, s, caps, why)?;

@@ -16,6 +16,7 @@
 use crate::kernels::registry::{Family, StateDtype, Variant, HEAD_DIM};
 use gdn_core::Op;
 use std::fmt;
+use std::sync::Arc;
 
 pub mod decode;
 pub mod grid;
@@ -95,8 +96,8 @@ pub struct Launch {
     pub grid: (u32, u32, u32),
     pub block: u32,
     pub dyn_smem: u32,
-    /// One line: why this variant.
-    pub why: String,
+    /// One line: why this variant (shared by a plan's launches; cloning a launch copies no text).
+    pub why: Arc<str>,
 }
 
 impl Launch {

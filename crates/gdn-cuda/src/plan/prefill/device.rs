@@ -580,7 +580,7 @@ fn fused_for(
     );
     let (v, why) = host::fused_order(v, s, sms, why);
     let mut c = host::fused_launch(s, caps, Some(v.name))?;
-    c.why = why;
+    c.why = why.into();
     Ok(Some(c))
 }
 

@@ -18,6 +18,7 @@ use crate::plan::prefill::workspace::{
     prefill64_cp_workspace_bytes, prefill64_workspace_bytes, workspace_cap,
 };
 use crate::plan::{DeviceCaps, Launch, Rejection, Shape};
+use std::sync::Arc;
 
 /// Most sequences a longest-first fused kernel ranks (`prefill_fused/` `LF_MAX_N`: four per lane of one warp).
 pub const LONGEST_FIRST_MAX_N: u64 = 128;
@@ -70,7 +71,7 @@ pub fn plan(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Rejection> {
         }
     }
     let mut variant = fused_launch(s, caps, None)?;
-    variant.why = format!("fused: {}", variant.why);
+    variant.why = format!("fused: {}", variant.why).into();
     Ok(PrefillPlan::Fused { variant })
 }
 
@@ -262,8 +263,9 @@ fn plan_kernel(family: Family, s: &Shape, warpgroups: u64) -> Result<&'static Va
 pub(crate) fn chunk64_plan(
     s: &Shape,
     caps: &DeviceCaps,
-    why: String,
+    why: impl Into<Arc<str>>,
 ) -> Result<PrefillPlan, Rejection> {
+    let why: Arc<str> = why.into();
     let (prep_v, walk_v) = (
         plan_kernel(Family::Prefill64Prep, s, 1)?,
         plan_kernel(Family::Prefill64Walk, s, 1)?,
@@ -294,7 +296,7 @@ pub(crate) fn cp_plan(
     s: &Shape,
     caps: &DeviceCaps,
     (segments, seg_chunks, warpgroups): (u64, u64, u64),
-    why: String,
+    why: impl std::fmt::Display,
 ) -> Result<PrefillPlan, Rejection> {
     let of = |family| {
         plan_kernel(
@@ -324,9 +326,10 @@ pub(crate) fn cp_plan(
             max: i32::MAX as u64,
         });
     }
-    let why = format!(
+    let why: Arc<str> = format!(
         "{why}; {segments} segments of {seg_chunks} chunks, {warpgroups} warpgroup(s) per walk CTA"
-    );
+    )
+    .into();
     let prep = configure(of(Family::Prefill64Prep)?, s, caps, why.clone())?;
     let pass1 = configure_cp(
         of(Family::Prefill64CpPass1)?,

@@ -111,7 +111,7 @@ impl PrefillPlan {
             PrefillPlan::Fused { variant } => &variant.why,
             PrefillPlan::Chunk64 { walk, .. } => &walk.why,
             PrefillPlan::ContextParallel { pass3, .. } => &pass3.why,
-            PrefillPlan::Device(_) => self.launches().last().map_or("", |c| &c.why),
+            PrefillPlan::Device(_) => self.launches().last().map_or("", |c| &*c.why),
         }
     }
 }
