@@ -99,7 +99,7 @@ impl Case {
         };
         let filler_state = (0..hv * dd)
             .map(|i| {
-                let (log_g, _) = gates_f64(&x, hv, 0, i / dd);
+                let (log_g, _) = gates_f64(&p, &x, 0, i / dd);
                 s[i] as f64 * (filler as f64 * log_g).exp()
             })
             .collect();
@@ -128,6 +128,7 @@ impl Case {
             output: out.output[self.filler * row..].to_vec(),
             state: StateBuf::F32(state[hd2..].to_vec()),
             intermediate: None,
+            checkpoints: None,
         };
         let mut report = compare(
             &self.tail.problem,

@@ -417,6 +417,7 @@ fn bench_sets(
     let opts = RunOptions {
         scale: None,
         mtp_mode: p.mtp_mode,
+        serving: p.serving,
     };
     if !plan.length_hint && p.def.op == gdn_core::Op::Prefill {
         p.dims.max_seq_len = None;

@@ -69,6 +69,7 @@ pub fn main(a: Args) -> Result<()> {
         } else {
             MtpMode::Definition
         },
+        ..Default::default()
     };
     let p = Problem::from_tensors(&def, &tensors, &opts)?;
     let engine = Engine::open(a.backend)?;

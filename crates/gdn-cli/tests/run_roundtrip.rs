@@ -46,6 +46,7 @@ fn round_trip(spec: WorkloadSpec, tag: &str) {
         intermediate: got
             .get("intermediate_states_buffer")
             .map(|t| t.as_f32().unwrap().to_vec()),
+        checkpoints: None,
     };
     let report = compare(&p, &out, &reference::run(&p, &x), &CONTEST, &CONTEST);
     assert!(report.passed(), "{tag}: {}", report.summary());

@@ -79,7 +79,7 @@ impl TensorCheck {
 }
 
 /// Compares a run's outputs with the reference: `output` with `out_tol`; the state output and the
-/// intermediate buffer (whole buffer, so untouched rows are checked too) with `state_tol`.
+/// intermediate and checkpoint buffers (whole buffers, so untouched rows are checked too) with `state_tol`.
 pub fn compare(
     p: &Problem,
     out: &Outputs,
@@ -103,6 +103,12 @@ pub fn compare(
             let got: Vec<f64> = got.iter().map(|&x| x as f64).collect();
             tensors.push(check_tensor(name, &got, want, state_tol));
         }
+        (None, None) => {}
+        (got, want) => tensors.push(missing(name, got.is_none(), want.is_none())),
+    }
+    let name = crate::serving::names::CHECKPOINTS;
+    match (&out.checkpoints, &r.checkpoints) {
+        (Some(got), Some(want)) => tensors.push(check_tensor(name, &got.to_f64(), want, state_tol)),
         (None, None) => {}
         (got, want) => tensors.push(missing(name, got.is_none(), want.is_none())),
     }

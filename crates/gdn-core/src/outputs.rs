@@ -3,7 +3,7 @@
 use crate::definition::Op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::problem::{Inputs, Problem};
+use crate::problem::{Inputs, Problem, StateRef};
 use crate::tensor::{Data, Tensor, TensorMap};
 use half::bf16;
 
@@ -32,8 +32,9 @@ impl StateBuf {
     }
 }
 
-/// Everything a run writes. Backends must write every element of `output` and `state`; for MTP, the
-/// intermediate rows of every non-padding request (other rows keep the caller's values).
+/// Everything a run writes. Backends must write every element of `output` and `state` (for MTP and pools,
+/// rows no request writes are copies of the input pool); for MTP, the intermediate rows of every non-padding
+/// request, and for checkpoints the rows the sequences own (other rows keep the caller's values).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outputs {
     /// `output`, token-major `[tokens, HV, D]` (decode/MTP `[B, T, HV, D]` is the same memory).
@@ -42,6 +43,8 @@ pub struct Outputs {
     pub state: StateBuf,
     /// MTP `intermediate_states_buffer` `[pool, T, HV, D, D]`, when given.
     pub intermediate: Option<Vec<f32>>,
+    /// Prefill `checkpoints` `[C, HV, D, D]`, when given (rows no sequence writes keep the caller's values).
+    pub checkpoints: Option<StateBuf>,
 }
 
 impl Outputs {
@@ -65,10 +68,19 @@ impl Outputs {
             }
             buf
         });
+        let checkpoints = x.checkpoints.map(|c| {
+            let mut buf = match c {
+                StateRef::F32(v) => StateBuf::F32(v.to_vec()),
+                StateRef::BF16(v) => StateBuf::BF16(v.to_vec()),
+            };
+            poison_checkpoint_rows(p, x, &mut buf);
+            buf
+        });
         Outputs {
             output: vec![bf16::NAN; n_out],
             state,
             intermediate,
+            checkpoints,
         }
     }
 
@@ -94,7 +106,38 @@ impl Outputs {
                 Tensor::new(p.intermediate_shape(), Data::F32(buf)),
             );
         }
+        if let Some(c) = self.checkpoints {
+            let data = match c {
+                StateBuf::F32(v) => Data::F32(v),
+                StateBuf::BF16(v) => Data::BF16(v),
+            };
+            m.insert(
+                crate::serving::names::CHECKPOINTS.into(),
+                Tensor::new(p.checkpoint_shape(), data),
+            );
+        }
         m
+    }
+}
+
+/// NaN in every checkpoint row a sequence of this call writes.
+fn poison_checkpoint_rows(p: &Problem, x: &Inputs, buf: &mut StateBuf) {
+    let (Some(starts), every) = (&x.checkpoint_starts, p.serving.checkpoint_every) else {
+        return;
+    };
+    let row = p.state_row_len();
+    let pad = p.serving.pad;
+    for n in 0..p.dims.num_seqs {
+        let padded = x.pool_indices.as_ref().is_some_and(|i| pad.is_pad(i[n]));
+        let len = (x.cu_seqlens[n + 1] - x.cu_seqlens[n]) as usize;
+        if padded || every == 0 {
+            continue;
+        }
+        let r = starts[n] as usize..starts[n] as usize + len / every;
+        match buf {
+            StateBuf::F32(v) => v[r.start * row..r.end * row].fill(f32::NAN),
+            StateBuf::BF16(v) => v[r.start * row..r.end * row].fill(bf16::NAN),
+        }
     }
 }
 

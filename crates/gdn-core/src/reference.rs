@@ -6,16 +6,23 @@
 //! computed in f64 from the bf16/f32 inputs (softplus with torch's threshold 20); the state and the output
 //! stay f64 (the output is not rounded to bf16 here: the comparison sees the exact value).
 //!
-//! Semantics (the definitions' reference code, plus gdn's serving extension):
+//! Semantics (the definitions' reference code, plus the serving modes of [`crate::serving`]):
 //! - decode / prefill: sequence n reads state row n (zeros when the state is absent) and writes
 //!   `new_state` row n; a zero-length prefill sequence is skipped, so its `new_state` row stays zero.
+//!   With a pool (`state_indices`) it reads and writes row `idx[n]` of the pool in place; padding and
+//!   zero-length sequences touch nothing, `has_initial_state[n] = 0` starts from zeros.
 //! - MTP: request b reads pool row `initial_state_indices[b]`; `final_state` starts as a copy of the pool.
-//!   In [`MtpMode::Serving`] the request's final state is written back to its row and index -1 is padding
-//!   (output rows zero, nothing read or written); in [`MtpMode::Definition`] the pool copy is left as is.
-//!   The intermediate buffer starts as the caller's buffer; row `idx[b]`, token t gets the state after t.
+//!   In [`MtpMode::Serving`] the request's final state is written back to its row and padding indices
+//!   (by the call's rule) skip the request (output rows zero, nothing read or written); in
+//!   [`MtpMode::Definition`] the pool copy is left as is. The intermediate buffer starts as the caller's
+//!   buffer; row `idx[b]`, token t gets the state after t. Spec-decode slots read row `idx[b, acc-1]` and
+//!   write the state after token t to row `idx[b, t]` (skipped where that entry is padding).
+//! - gates from `g`/`alpha`/`beta` when given; q and k L2-normalised (then rounded to bf16) when asked; every
+//!   state tensor in the call's layout; prefill checkpoints every `n` tokens into the caller's buffer.
 
 use crate::definition::Op;
 use crate::problem::{Inputs, MtpMode, Problem, StateRef};
+use crate::serving::{GateMode, StateLayout, QK_NORM_EPS};
 use half::bf16;
 use rayon::prelude::*;
 use std::ops::Range;
@@ -26,6 +33,8 @@ pub struct RefOutputs {
     pub output: Vec<f64>,
     pub state: Vec<f64>,
     pub intermediate: Option<Vec<f64>>,
+    /// The prefill `checkpoints` buffer, when given.
+    pub checkpoints: Option<Vec<f64>>,
 }
 
 /// One sequence's work: its tokens and the state rows it reads and writes.
@@ -39,34 +48,96 @@ pub struct SeqPlan {
     pub write_row: Option<usize>,
     /// MTP: row of the intermediate buffer that receives the state after each token.
     pub inter_row: Option<usize>,
-    /// Serving-mode padding (index -1): output rows zero, nothing read or written.
+    /// Serving-mode padding: output rows zero, nothing read or written.
     pub padding: bool,
+    /// Spec-decode slots: the state output row that receives the state after each token (`None`: not written).
+    pub token_rows: Vec<Option<usize>>,
+    /// Prefill checkpoints: the `checkpoints` row of this sequence's first checkpoint.
+    pub checkpoint_row: Option<usize>,
 }
 
 /// The per-sequence work of a validated problem, in sequence order.
 pub fn plan(p: &Problem, x: &Inputs) -> Vec<SeqPlan> {
     let cu = &x.cu_seqlens;
     let has_state = x.state.is_some();
+    let pad = p.serving.pad;
+    let fresh = |n: usize| x.has_initial_state.as_ref().is_some_and(|f| !f[n]);
+    let every = p.serving.checkpoint_every;
     (0..p.dims.num_seqs)
         .map(|n| {
             let tokens = cu[n] as usize..cu[n + 1] as usize;
+            let checkpoint_row = x
+                .checkpoint_starts
+                .as_ref()
+                .filter(|_| every > 0 && tokens.len() >= every)
+                .map(|st| st[n] as usize);
+            let base = SeqPlan {
+                read_row: None,
+                write_row: None,
+                inter_row: None,
+                padding: false,
+                token_rows: Vec::new(),
+                checkpoint_row: None,
+                tokens: tokens.clone(),
+            };
             match p.def.op {
+                Op::Decode | Op::Prefill if p.pool => {
+                    let idx = x.pool_indices.as_ref().expect("validated pool")[n];
+                    if pad.is_pad(idx) {
+                        return SeqPlan {
+                            padding: true,
+                            ..base
+                        };
+                    }
+                    let row = idx as usize;
+                    SeqPlan {
+                        read_row: (!fresh(n) && !tokens.is_empty()).then_some(row),
+                        write_row: (!tokens.is_empty()).then_some(row),
+                        checkpoint_row,
+                        ..base
+                    }
+                }
                 Op::Decode | Op::Prefill => SeqPlan {
-                    read_row: has_state.then_some(n),
+                    read_row: (has_state && !fresh(n)).then_some(n),
                     write_row: (!tokens.is_empty()).then_some(n),
-                    inter_row: None,
-                    padding: false,
-                    tokens,
+                    checkpoint_row,
+                    ..base
                 },
+                Op::Mtp if p.spec_slots => {
+                    let t_len = p.dims.seq_len;
+                    let slots = &x.pool_indices.as_ref().expect("validated slots")
+                        [n * t_len..(n + 1) * t_len];
+                    if pad.is_pad(slots[0]) {
+                        return SeqPlan {
+                            padding: true,
+                            ..base
+                        };
+                    }
+                    let acc = x.num_accepted.expect("validated slots")[n] as usize;
+                    SeqPlan {
+                        read_row: (!fresh(n)).then_some(slots[acc - 1] as usize),
+                        token_rows: slots
+                            .iter()
+                            .map(|&r| (!pad.is_pad(r)).then_some(r as usize))
+                            .collect(),
+                        ..base
+                    }
+                }
                 Op::Mtp => {
                     let idx = x.state_indices.expect("validated MTP has indices")[n];
-                    let row = (idx >= 0).then_some(idx as usize);
+                    let serving = p.mtp_mode == MtpMode::Serving;
+                    let is_pad = if serving {
+                        pad.is_pad(idx as i64)
+                    } else {
+                        idx < 0
+                    };
+                    let row = (!is_pad).then_some(idx as usize);
                     SeqPlan {
-                        read_row: row,
-                        write_row: row.filter(|_| p.mtp_mode == MtpMode::Serving),
+                        read_row: row.filter(|_| !fresh(n)),
+                        write_row: row.filter(|_| serving),
                         inter_row: row.filter(|_| p.intermediate),
                         padding: row.is_none(),
-                        tokens,
+                        ..base
                     }
                 }
             }
@@ -74,12 +145,25 @@ pub fn plan(p: &Problem, x: &Inputs) -> Vec<SeqPlan> {
         .collect()
 }
 
-/// Log of the decay gate, `-exp(A_log) * softplus(a + dt_bias)`, and the update gate `sigmoid(b)`, in f64.
-pub fn gates_f64(x: &Inputs, hv: usize, t: usize, h: usize) -> (f64, f64) {
-    let arg = x.a[t * hv + h].to_f64() + x.dt_bias[h] as f64;
-    let log_g = -(x.a_log[h] as f64).exp() * softplus(arg);
-    let beta = 1.0 / (1.0 + (-x.b[t * hv + h].to_f64()).exp());
-    (log_g, beta)
+/// Log of the decay gate and the update gate of token `t`, value head `h`, in f64: from the raw inputs
+/// (`-exp(A_log) * softplus(a + dt_bias)`, `sigmoid(b)`) or the precomputed `g` / `alpha` and `beta`.
+pub fn gates_f64(p: &Problem, x: &Inputs, t: usize, h: usize) -> (f64, f64) {
+    let hv = p.def.heads.num_v_heads;
+    let i = t * hv + h;
+    match p.gates {
+        GateMode::Raw => {
+            let arg = x.a[i].to_f64() + x.dt_bias[h] as f64;
+            let log_g = -(x.a_log[h] as f64).exp() * softplus(arg);
+            let beta = 1.0 / (1.0 + (-x.b[i].to_f64()).exp());
+            (log_g, beta)
+        }
+        GateMode::Log => (x.gate.expect("validated")[i] as f64, beta_f64(x, i)),
+        GateMode::Linear => ((x.gate.expect("validated")[i] as f64).ln(), beta_f64(x, i)),
+    }
+}
+
+fn beta_f64(x: &Inputs, i: usize) -> f64 {
+    x.beta.expect("validated").get(i) as f64
 }
 
 /// torch's softplus (beta 1, threshold 20): `x` above the threshold, `log1p(exp(x))` otherwise.
@@ -108,8 +192,10 @@ struct HeadResult {
     out: Vec<f64>,
     /// `[V, K]` final state.
     state: Vec<f64>,
-    /// `[len, V, K]` state after each token (only when the sequence has an intermediate row).
+    /// `[len, V, K]` state after each token (only when the sequence needs them: intermediate row or slots).
     inter: Vec<f64>,
+    /// `[len / every, V, K]` checkpoint states (prefill checkpoints only).
+    checkpoints: Vec<f64>,
 }
 
 /// Shared read-only context of a reference run.
@@ -120,6 +206,9 @@ struct Ctx<'a> {
     hv: usize,
     ratio: usize,
     scale: f64,
+    p: &'a Problem,
+    layout: StateLayout,
+    qk_norm: bool,
 }
 
 impl Ctx<'_> {
@@ -128,12 +217,23 @@ impl Ctx<'_> {
         let off = (t * heads + head) * self.d;
         x[off..off + self.d].iter().map(|e| e.to_f64()).collect()
     }
-    /// q of token `t` for value head `h` (its q/k head is `h / ratio`).
+    /// q of token `t` for value head `h` (its q/k head is `h / ratio`), L2-normalised when asked.
     fn q(&self, t: usize, h: usize) -> Vec<f64> {
-        self.row(self.x.q, t, self.hq, h / self.ratio)
+        self.qk(self.row(self.x.q, t, self.hq, h / self.ratio))
     }
     fn k(&self, t: usize, h: usize) -> Vec<f64> {
-        self.row(self.x.k, t, self.hq, h / self.ratio)
+        self.qk(self.row(self.x.k, t, self.hq, h / self.ratio))
+    }
+    /// The in-kernel norm: `x / sqrt(Σx² + eps)`, rounded to bf16 (the kernels use the rounded value).
+    fn qk(&self, x: Vec<f64>) -> Vec<f64> {
+        if !self.qk_norm {
+            return x;
+        }
+        let r = 1.0 / (x.iter().map(|e| e * e).sum::<f64>() + QK_NORM_EPS as f64).sqrt();
+        x.iter().map(|&e| bf16::from_f64(e * r).to_f64()).collect()
+    }
+    fn gates(&self, t: usize, h: usize) -> (f64, f64) {
+        gates_f64(self.p, self.x, t, h)
     }
     fn v(&self, t: usize, h: usize) -> Vec<f64> {
         self.row(self.x.v, t, self.hv, h)
@@ -144,10 +244,28 @@ impl Ctx<'_> {
         match (s.read_row, self.x.state) {
             (Some(r), Some(st)) => {
                 let off = (r * self.hv + h) * dd;
-                state_slice_f64(st, off..off + dd)
+                let stored = state_slice_f64(st, off..off + dd);
+                from_layout(&stored, self.layout, self.d)
             }
             _ => vec![0.0; dd],
         }
+    }
+}
+
+/// A stored `[D, D]` head state in `layout`, as `[V, K]`.
+fn from_layout(stored: &[f64], layout: StateLayout, d: usize) -> Vec<f64> {
+    match layout {
+        StateLayout::KLast => stored.to_vec(),
+        StateLayout::KFirst => (0..d * d)
+            .map(|i| stored[layout.offset(d, i / d, i % d)])
+            .collect(),
+    }
+}
+
+/// Stores a `[V, K]` head state into `dst` (one `[D, D]` head) in `layout`.
+fn store_layout(dst: &mut [f64], vk: &[f64], layout: StateLayout, d: usize) {
+    for (i, &e) in vk.iter().enumerate() {
+        dst[layout.offset(d, i / d, i % d)] = e;
     }
 }
 
@@ -171,6 +289,9 @@ where
         hv: h.num_v_heads,
         ratio: h.ratio(),
         scale: p.scale as f64,
+        p,
+        layout: p.serving.layout,
+        qk_norm: p.serving.qk_l2norm,
     };
     let seqs = plan(p, x);
     let jobs: Vec<(usize, usize)> = (0..seqs.len())
@@ -190,27 +311,61 @@ where
             let off = (t * hv + hh) * d;
             r.output[off..off + d].copy_from_slice(&res.out[i * d..(i + 1) * d]);
         }
+        let layout = c.layout;
         if let Some(w) = s.write_row {
             let off = (w * hv + hh) * dd;
-            r.state[off..off + dd].copy_from_slice(&res.state);
+            store_layout(&mut r.state[off..off + dd], &res.state, layout, d);
         }
         if let (Some(ir), Some(buf)) = (s.inter_row, r.intermediate.as_mut()) {
             let t_len = p.dims.seq_len;
             for i in 0..s.tokens.len() {
                 let off = ((ir * t_len + i) * hv + hh) * dd;
-                buf[off..off + dd].copy_from_slice(&res.inter[i * dd..(i + 1) * dd]);
+                store_layout(
+                    &mut buf[off..off + dd],
+                    &res.inter[i * dd..(i + 1) * dd],
+                    layout,
+                    d,
+                );
+            }
+        }
+        for (i, row) in s.token_rows.iter().enumerate() {
+            if let Some(w) = row {
+                let off = (w * hv + hh) * dd;
+                store_layout(
+                    &mut r.state[off..off + dd],
+                    &res.inter[i * dd..(i + 1) * dd],
+                    layout,
+                    d,
+                );
+            }
+        }
+        if let (Some(c0), Some(buf)) = (s.checkpoint_row, r.checkpoints.as_mut()) {
+            for (j, st) in res.checkpoints.chunks_exact(dd).enumerate() {
+                let off = ((c0 + j) * hv + hh) * dd;
+                store_layout(&mut buf[off..off + dd], st, layout, d);
             }
         }
     }
     r
 }
 
-/// Outputs before any sequence runs: output zeros; state zeros (decode, prefill) or the pool (MTP);
-/// the intermediate buffer as the caller gave it.
+impl SeqPlan {
+    /// Whether the state after every token is needed (intermediate buffer or spec-decode slots).
+    fn needs_token_states(&self) -> bool {
+        self.inter_row.is_some() || !self.token_rows.is_empty()
+    }
+    /// Whether the state after token `i` (0-based within the sequence) is a checkpoint.
+    fn is_checkpoint(&self, every: usize, i: usize) -> bool {
+        self.checkpoint_row.is_some() && (i + 1) % every == 0
+    }
+}
+
+/// Outputs before any sequence runs: output zeros; state zeros (definition decode, prefill) or the pool
+/// (MTP, pools); the intermediate and checkpoint buffers as the caller gave them.
 fn empty_outputs(p: &Problem, x: &Inputs) -> RefOutputs {
     let n_state: usize = p.state_shape().iter().product();
-    let state = match (p.def.op, x.state) {
-        (Op::Mtp, Some(st)) => state_slice_f64(st, 0..n_state),
+    let state = match x.state {
+        Some(st) if p.state_in_place() => state_slice_f64(st, 0..n_state),
         _ => vec![0.0; n_state],
     };
     RefOutputs {
@@ -219,6 +374,13 @@ fn empty_outputs(p: &Problem, x: &Inputs) -> RefOutputs {
         intermediate: x
             .intermediate
             .map(|b| b.iter().map(|&e| e as f64).collect()),
+        checkpoints: x.checkpoints.map(|c| {
+            let n = match c {
+                StateRef::F32(v) => v.len(),
+                StateRef::BF16(v) => v.len(),
+            };
+            state_slice_f64(c, 0..n)
+        }),
     }
 }
 
@@ -232,8 +394,10 @@ fn recurrent_head(c: &Ctx, s: &SeqPlan, h: usize) -> HeadResult {
     let mut st = c.initial_state(s, h);
     let mut out = Vec::with_capacity(s.tokens.len() * d);
     let mut inter = Vec::new();
-    for t in s.tokens.clone() {
-        let (log_g, beta) = gates_f64(c.x, c.hv, t, h);
+    let mut checkpoints = Vec::new();
+    let every = c.p.serving.checkpoint_every;
+    for (i, t) in s.tokens.clone().enumerate() {
+        let (log_g, beta) = c.gates(t, h);
         let g = log_g.exp();
         let (q, k, v) = (c.q(t, h), c.k(t, h), c.v(t, h));
         for (row, &v_row) in st.chunks_exact_mut(d).zip(&v) {
@@ -242,14 +406,18 @@ fn recurrent_head(c: &Ctx, s: &SeqPlan, h: usize) -> HeadResult {
             row.iter_mut().zip(&k).for_each(|(e, &kk)| *e += delta * kk);
             out.push(c.scale * dot(row, &q));
         }
-        if s.inter_row.is_some() {
+        if s.needs_token_states() {
             inter.extend_from_slice(&st);
+        }
+        if s.is_checkpoint(every, i) {
+            checkpoints.extend_from_slice(&st);
         }
     }
     HeadResult {
         out,
         state: st,
         inter,
+        checkpoints,
     }
 }
 
@@ -273,7 +441,7 @@ fn gather_chunk(c: &Ctx, h: usize, tokens: Range<usize>) -> Chunk {
     };
     let mut acc = 0.0;
     for t in tokens {
-        let (log_g, beta) = gates_f64(c.x, c.hv, t, h);
+        let (log_g, beta) = c.gates(t, h);
         acc += log_g;
         ch.q.push(c.q(t, h));
         ch.k.push(c.k(t, h));
@@ -309,15 +477,21 @@ fn chunked_head(c: &Ctx, s: &SeqPlan, h: usize, chunk: usize) -> HeadResult {
     let mut st = c.initial_state(s, h);
     let mut out = Vec::with_capacity(s.tokens.len() * d);
     let mut inter = Vec::new();
+    let mut checkpoints = Vec::new();
+    let every = c.p.serving.checkpoint_every;
     let mut start = s.tokens.start;
     while start < s.tokens.end {
         let end = (start + chunk).min(s.tokens.end);
         let ch = gather_chunk(c, h, start..end);
         let vn = corrected_values(&ch, &st, d);
         chunk_outputs(c, &ch, &st, &vn, &mut out);
-        if s.inter_row.is_some() {
-            for i in 0..ch.k.len() {
+        for i in 0..ch.k.len() {
+            let pos = start - s.tokens.start + i;
+            if s.needs_token_states() {
                 inter.extend_from_slice(&state_at(&ch, &st, &vn, i, d));
+            }
+            if s.is_checkpoint(every, pos) {
+                checkpoints.extend_from_slice(&state_at(&ch, &st, &vn, i, d));
             }
         }
         st = state_at(&ch, &st, &vn, ch.k.len() - 1, d);
@@ -327,6 +501,7 @@ fn chunked_head(c: &Ctx, s: &SeqPlan, h: usize, chunk: usize) -> HeadResult {
         out,
         state: st,
         inter,
+        checkpoints,
     }
 }
 

@@ -11,6 +11,7 @@ use crate::definition::{Definition, Heads, Op};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::problem::{MtpMode, Problem, RunOptions};
+pub use crate::serving_draw::ServingDraw;
 use crate::tensor::{Data, Tensor, TensorMap};
 use half::bf16;
 use rand::rngs::StdRng;
@@ -42,6 +43,8 @@ pub struct WorkloadSpec {
     pub scale: f32,
     /// Gates in the saturated regime: `A_log` up to 5, `a` up to +40.
     pub extreme_gates: bool,
+    /// Serving tensors drawn on top of the definition's (default: none).
+    pub serving: ServingDraw,
     pub label: String,
 }
 
@@ -60,6 +63,7 @@ impl WorkloadSpec {
             padding: 0,
             scale: 0.0,
             extreme_gates: false,
+            serving: ServingDraw::default(),
             label,
         }
     }
@@ -99,6 +103,7 @@ impl WorkloadSpec {
         RunOptions {
             scale: None,
             mtp_mode: self.mtp_mode,
+            serving: self.serving.options,
         }
     }
 
@@ -199,6 +204,7 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> TensorMap {
         }
     }
     put("scale", vec![], Data::F32(vec![spec.scale]));
+    crate::serving_draw::apply(spec, &mut m, seed);
     m
 }
 

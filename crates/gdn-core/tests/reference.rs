@@ -121,7 +121,7 @@ fn one_token_decode_by_hand() {
     let t = one_token_tensors(Some(0.1));
     let p = Problem::from_tensors(&def, &t, &RunOptions::default()).unwrap();
     let x = p.inputs(&t);
-    let (log_g, beta) = reference::gates_f64(&x, 1, 0, 0);
+    let (log_g, beta) = reference::gates_f64(&p, &x, 0, 0);
     assert!((log_g.exp() - 0.5).abs() < 1e-15 && (beta - 0.5).abs() < 1e-15);
     let r = reference::run(&p, &x);
     let close = |a: f64, b: f64| (a - b).abs() < 1e-8 * b.abs().max(1.0);

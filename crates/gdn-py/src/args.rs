@@ -255,6 +255,7 @@ pub fn check_inputs(
         } else {
             MtpMode::Definition
         },
+        ..Default::default()
     };
     let problem = Problem::from_tensors(&def, &stand_ins, &opts).map_err(|e| gdn_err(op, e))?;
     Ok(Checked {

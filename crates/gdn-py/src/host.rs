@@ -69,6 +69,7 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
             cu_seqlens: cu,
             state_indices: indices,
             intermediate: c.get("intermediate_states_buffer").map(|d| view::<f32>(d)),
+            ..Default::default()
         };
         let cu_check = (op == Op::Prefill).then(|| &x.cu_seqlens[..]);
         p.check_values(cu_check, x.state_indices)

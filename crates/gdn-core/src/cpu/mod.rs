@@ -129,7 +129,7 @@ fn gates(p: &Problem, x: &Inputs) -> (Vec<f32>, Vec<f32>) {
         .enumerate()
         .for_each(|(t, (gt, bt))| {
             for h in 0..hv {
-                let (log_g, b) = gates_f64(x, hv, t, h);
+                let (log_g, b) = gates_f64(p, x, t, h);
                 gt[h] = log_g.exp() as f32;
                 bt[h] = b as f32;
             }
