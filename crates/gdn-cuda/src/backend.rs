@@ -115,7 +115,7 @@ impl CudaBackend {
         let ws = self.workspace_for(p, force)?;
         let di = DeviceInputs::upload(p, x, s)?;
         let inter_src = out.intermediate.as_deref().or(x.intermediate);
-        let dout = DeviceOutputs::alloc(p, inter_src, s)?;
+        let dout = DeviceOutputs::alloc(p, inter_src, x.checkpoints, s)?;
         // SAFETY: buffers sized for p, our stream and context; the workspace is ours (lock held).
         let launched = unsafe { enqueue(&self.kernels, p, &di, &dout, ws, force, s) };
         let info = match launched {
@@ -126,8 +126,9 @@ impl CudaBackend {
             }
         };
         dout.out.read(&mut out.output, s).map_err(be)?;
-        // the state destination: new_state, or the pool itself (MTP serving, in place)
+        // the state destination: new_state, or the pool itself (pools and MTP serving, in place)
         let state_src = match (p.def.op, p.mtp_mode) {
+            _ if p.pool => di.state.as_ref(),
             (Op::Mtp, MtpMode::Serving) => di.state.as_ref(),
             (Op::Mtp, MtpMode::Definition) => None,
             _ => dout.new_state.as_ref(),
@@ -139,6 +140,11 @@ impl CudaBackend {
         }
         if let (Some(src), Some(dst)) = (&dout.intermediate, out.intermediate.as_mut()) {
             src.read(dst, s).map_err(be)?;
+        }
+        match (&dout.checkpoints, out.checkpoints.as_mut()) {
+            (Some(src), Some(StateBuf::F32(dst))) => src.read(dst, s).map_err(be)?,
+            (Some(src), Some(StateBuf::BF16(dst))) => src.read(dst, s).map_err(be)?,
+            _ => {}
         }
         self.gpu.sync().map_err(be)?;
         Ok(info)

@@ -373,7 +373,7 @@ pub fn time_problem(
     let first = inputs
         .first()
         .ok_or_else(|| be("time: no input sets given".into()))?;
-    let outs = DeviceOutputs::alloc(p, first.intermediate, s)?;
+    let outs = DeviceOutputs::alloc(p, first.intermediate, first.checkpoints, s)?;
     // the workspace is sized here, before the warm-up and the graph capture (no allocation inside)
     let force = b.kernels.env_override();
     let ws = b.workspace_for(p, force)?;

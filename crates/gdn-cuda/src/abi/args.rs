@@ -3,11 +3,11 @@
 //! them, and the one builder from a validated gdn_core `Problem` plus device pointers ([`Args::for_problem`]),
 //! which the CUDA backend and the Python binding both use.
 
-use crate::abi::params::{Prefill64Params, PrefillParams, RecurrentParams};
+use crate::abi::params::{sv, Prefill64Params, PrefillParams, RecurrentParams, ServingParams};
 use crate::kernels::registry::{self, StateDtype};
 use crate::plan::prefill::PrefillPlan;
 use crate::plan::Shape;
-use gdn_core::{DType, GdnError, MtpMode, Op, Problem, Result};
+use gdn_core::{DType, GateMode, GdnError, MtpMode, Op, PadRule, Problem, Result, StateLayout};
 
 /// Alignment every vector-loaded tensor must have (16-byte loads).
 pub const VEC_ALIGN: u64 = 16;
@@ -49,6 +49,169 @@ fn to_i32(name: &str, x: usize) -> Result<i32> {
     i32::try_from(x).map_err(|_| bad(name, format!("{x} does not fit the kernel's 32-bit field")))
 }
 
+/// The serving-mode arguments of one call (all zero / false: definition mode). Shared by both families.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServingArgs {
+    pub gates: GateMode,
+    /// f32 `g` or `alpha` (by `gates`), 0 for raw gates.
+    pub gate: u64,
+    /// `beta`, 0 for raw gates.
+    pub beta: u64,
+    pub beta_bf16: bool,
+    pub qk_l2norm: bool,
+    pub layout: StateLayout,
+    pub pad: PadRule,
+    /// Decode / prefill pool rows (`state_indices`), or 0. (MTP's pool rows are `RecurrentArgs::state_indices`.)
+    pub pool_indices: u64,
+    pub index_i64: bool,
+    /// i32 [N], or 0.
+    pub has_initial: u64,
+    /// MTP spec-decode slots: i32 [B] accepted tokens (then `state_indices` is i32 [B, T]), or 0.
+    pub num_accepted: u64,
+    /// Prefill checkpoints buffer, its row starts and the interval (0 = none).
+    pub checkpoints: u64,
+    pub checkpoints_f32: bool,
+    pub checkpoint_starts: u64,
+    pub checkpoint_starts_i32: bool,
+    pub checkpoint_every: usize,
+    /// Elements between state pool rows, 0 = dense (`HV·D·D`).
+    pub state_row_stride: usize,
+    /// Prefill `cu_seqlens` are i32.
+    pub cu_i32: bool,
+}
+
+impl ServingArgs {
+    /// Whether any serving capability is on (false: the definition mode).
+    pub fn is_active(&self) -> bool {
+        *self != ServingArgs::default()
+    }
+
+    /// Pointer alignment and option ranges.
+    pub fn validate(&self, dense_row: usize) -> Result<()> {
+        if self.gates != GateMode::Raw {
+            need(gate_tensor(self.gates), self.gate, 4)?;
+            need("beta", self.beta, if self.beta_bf16 { 2 } else { 4 })?;
+        }
+        opt(
+            "state_indices",
+            self.pool_indices,
+            if self.index_i64 { 8 } else { 4 },
+        )?;
+        opt("has_initial_state", self.has_initial, 4)?;
+        opt("num_accepted_tokens", self.num_accepted, 4)?;
+        if self.checkpoint_every > 0 {
+            if self.checkpoint_every % gdn_core::serving::CHECKPOINT_GRANULE != 0 {
+                return Err(bad(
+                    "checkpoint_every",
+                    format!(
+                        "must be a multiple of 64 tokens, got {}",
+                        self.checkpoint_every
+                    ),
+                ));
+            }
+            to_i32("checkpoint_every", self.checkpoint_every)?;
+            need("checkpoints", self.checkpoints, VEC_ALIGN)?;
+            need(
+                "checkpoint_cu_starts",
+                self.checkpoint_starts,
+                if self.checkpoint_starts_i32 { 4 } else { 8 },
+            )?;
+        }
+        if self.state_row_stride != 0 {
+            if self.state_row_stride < dense_row {
+                return Err(bad(
+                    "state",
+                    format!(
+                        "row stride {} elements is smaller than one state row ({dense_row})",
+                        self.state_row_stride
+                    ),
+                ));
+            }
+            if self.state_row_stride % 8 != 0 {
+                return Err(bad(
+                    "state",
+                    format!(
+                        "row stride {} elements breaks 16-byte alignment of the rows",
+                        self.state_row_stride
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn params(&self) -> ServingParams {
+        let mut flags = match self.gates {
+            GateMode::Raw => 0,
+            GateMode::Log => sv::GATE_LOG,
+            GateMode::Linear => sv::GATE_LINEAR,
+        };
+        for (on, bit) in [
+            (self.beta_bf16 && self.gates != GateMode::Raw, sv::BETA_BF16),
+            (self.qk_l2norm, sv::QK_NORM),
+            (self.layout == StateLayout::KFirst, sv::KFIRST),
+            (self.pad == PadRule::NullSlot, sv::PAD_NULL),
+            (self.index_i64, sv::INDEX_I64),
+            (self.cu_i32, sv::CU_I32),
+            (self.checkpoints_f32, sv::CKPT_F32),
+            (self.checkpoint_starts_i32, sv::CKPT_START_I32),
+        ] {
+            if on {
+                flags |= bit;
+            }
+        }
+        ServingParams {
+            gate: self.gate,
+            beta: self.beta,
+            pool_indices: self.pool_indices,
+            has_initial: self.has_initial,
+            num_accepted: self.num_accepted,
+            checkpoints: self.checkpoints,
+            checkpoint_starts: self.checkpoint_starts,
+            state_row_stride: self.state_row_stride as i64,
+            flags,
+            checkpoint_every: self.checkpoint_every as i32,
+        }
+    }
+
+    /// The serving arguments of a validated problem whose tensors are at `d`.
+    pub fn for_problem(p: &Problem, d: &DevicePtrs) -> ServingArgs {
+        ServingArgs {
+            gates: p.gates,
+            gate: d.gate,
+            beta: d.beta,
+            beta_bf16: p.beta_dtype == DType::BF16,
+            qk_l2norm: p.serving.qk_l2norm,
+            layout: p.serving.layout,
+            pad: p.serving.pad,
+            pool_indices: if p.pool { d.pool_indices } else { 0 },
+            index_i64: p.index_dtype == DType::I64,
+            has_initial: d.has_initial,
+            num_accepted: d.num_accepted,
+            checkpoints: d.checkpoints,
+            checkpoints_f32: p.checkpoint_rows > 0
+                && p.checkpoint_dtype == DType::F32
+                && p.state_out_dtype() != DType::F32,
+            checkpoint_starts: d.checkpoint_starts,
+            checkpoint_starts_i32: d.checkpoint_starts_i32,
+            checkpoint_every: if p.checkpoint_rows > 0 {
+                p.serving.checkpoint_every
+            } else {
+                0
+            },
+            state_row_stride: d.state_row_stride,
+            cu_i32: p.cu_dtype == DType::I32,
+        }
+    }
+}
+
+fn gate_tensor(g: GateMode) -> &'static str {
+    match g {
+        GateMode::Linear => "alpha",
+        _ => "g",
+    }
+}
+
 /// Decode (T = 1) and MTP (T >= 1) arguments: `RecurrentParams` plus what the policy needs.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RecurrentArgs {
@@ -77,6 +240,7 @@ pub struct RecurrentArgs {
     /// Resolved (never 0).
     pub scale: f32,
     pub state_dtype: Option<StateDtype>,
+    pub serving: ServingArgs,
 }
 
 /// Prefill arguments: `PrefillParams` plus what the policy needs.
@@ -110,6 +274,7 @@ pub struct PrefillArgs {
     pub head_size: usize,
     pub scale: f32,
     pub state_dtype: Option<StateDtype>,
+    pub serving: ServingArgs,
 }
 
 impl RecurrentArgs {
@@ -332,6 +497,18 @@ pub struct DevicePtrs {
     /// Prefill: the plan's workspace and its bytes (0, 0 = none).
     pub workspace: u64,
     pub workspace_bytes: usize,
+    /// Serving tensors (0 = absent): precomputed gates, decode/prefill pool rows, has_initial_state, MTP
+    /// accepted tokens, prefill checkpoints and their row starts.
+    pub gate: u64,
+    pub beta: u64,
+    pub pool_indices: u64,
+    pub has_initial: u64,
+    pub num_accepted: u64,
+    pub checkpoints: u64,
+    pub checkpoint_starts: u64,
+    pub checkpoint_starts_i32: bool,
+    /// Elements between state pool rows (0 = dense).
+    pub state_row_stride: usize,
 }
 
 /// One call's launch arguments.
@@ -342,6 +519,14 @@ pub enum Args {
 }
 
 impl Args {
+    /// The call's serving arguments.
+    pub fn serving_mut(&mut self) -> &mut ServingArgs {
+        match self {
+            Args::Recurrent(a) => &mut a.serving,
+            Args::Prefill(a) => &mut a.serving,
+        }
+    }
+
     /// The arguments of a validated problem whose tensors are at `d`: sizes, heads, scale and state dtype
     /// from `p`; the state destination by operation and MTP mode (see `DevicePtrs::new_state`).
     pub fn for_problem(p: &Problem, d: &DevicePtrs) -> Args {
@@ -370,6 +555,7 @@ impl Args {
                 head_size: h.head_size,
                 scale: p.scale,
                 state_dtype,
+                serving: ServingArgs::for_problem(p, d),
             }),
             Op::Decode | Op::Mtp => Args::Recurrent(RecurrentArgs {
                 q: d.q,
@@ -396,6 +582,7 @@ impl Args {
                 head_size: h.head_size,
                 scale: p.scale,
                 state_dtype,
+                serving: ServingArgs::for_problem(p, d),
             }),
         }
     }

@@ -16,6 +16,61 @@ use crate::kernels::registry::params_size;
 pub use crate::kernels::registry::DP_LAUNCHES;
 use std::mem::{offset_of, size_of};
 
+/// `struct ServingParams` of `kernels/common/serving.cuh`, 72 bytes: the serving-mode block every params
+/// struct ends with. All zero is the definition mode.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ServingParams {
+    /// f32 [tokens, HV] log decay g or linear alpha, or 0 (raw gates)
+    pub gate: u64,
+    /// f32|bf16 [tokens, HV] beta, or 0 (raw gates)
+    pub beta: u64,
+    /// i32|i64 [N] decode/prefill pool rows, or 0
+    pub pool_indices: u64,
+    /// i32 [N] has_initial_state, or 0
+    pub has_initial: u64,
+    /// i32 [B] MTP spec-decode accepted tokens, or 0
+    pub num_accepted: u64,
+    /// [C, HV, 128, 128] checkpoint buffer, or 0
+    pub checkpoints: u64,
+    /// i64|i32 [N+1] first checkpoint row per sequence, or 0
+    pub checkpoint_starts: u64,
+    /// elements between state pool rows, 0 = dense
+    pub state_row_stride: i64,
+    /// `sv::*` bits
+    pub flags: i32,
+    /// tokens between checkpoints, 0 = none
+    pub checkpoint_every: i32,
+}
+
+/// The `SV_*` flag bits of `kernels/common/serving.cuh`.
+pub mod sv {
+    pub const GATE_LOG: i32 = 1;
+    pub const GATE_LINEAR: i32 = 2;
+    pub const BETA_BF16: i32 = 1 << 2;
+    pub const QK_NORM: i32 = 1 << 3;
+    pub const KFIRST: i32 = 1 << 4;
+    pub const PAD_NULL: i32 = 1 << 5;
+    pub const INDEX_I64: i32 = 1 << 6;
+    pub const CU_I32: i32 = 1 << 7;
+    pub const CKPT_F32: i32 = 1 << 8;
+    pub const CKPT_START_I32: i32 = 1 << 9;
+}
+
+const _: () = {
+    assert!(size_of::<ServingParams>() == 72);
+    assert!(offset_of!(ServingParams, gate) == 0);
+    assert!(offset_of!(ServingParams, beta) == 8);
+    assert!(offset_of!(ServingParams, pool_indices) == 16);
+    assert!(offset_of!(ServingParams, has_initial) == 24);
+    assert!(offset_of!(ServingParams, num_accepted) == 32);
+    assert!(offset_of!(ServingParams, checkpoints) == 40);
+    assert!(offset_of!(ServingParams, checkpoint_starts) == 48);
+    assert!(offset_of!(ServingParams, state_row_stride) == 56);
+    assert!(offset_of!(ServingParams, flags) == 64);
+    assert!(offset_of!(ServingParams, checkpoint_every) == 68);
+};
+
 /// `struct RecurrentParams` of `kernels/recurrent.cu` (decode and MTP), 128 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
