@@ -2,7 +2,8 @@
 //!
 //! Cases cover every operation × head configuration, batch sizes around warp/block boundaries, raw randn and
 //! normalised q/k, absent/fp32/bf16 state, MTP with and without intermediate states, serving mode with -1
-//! padding, prefill edge lengths (0, 1, 63, 64, 65), many mixed sequences, a long sequence and extreme gates;
+//! padding, prefill edge lengths (0, 1, 63, 64, 65), many mixed sequences, a long sequence and extreme gates, and
+//! every serving mode alone and combined (check_serving.rs);
 //! without `--quick` also a 65,536-token sequence checked per 8,192-token window (stability), 2,048 sequences,
 //! and on CUDA a call past 2^31 elements per tensor (check_offsets.rs: 64-bit offsets).
 //! Every case draws fresh inputs (its own seed) and runs on NaN-poisoned outputs; the float64 reference runs once
@@ -16,6 +17,7 @@
 
 use crate::backend::{Choice, Engine};
 use crate::check_offsets;
+use crate::check_serving;
 use crate::dataset::{self, DatasetArgs};
 use crate::table::{new_table, progress, sci};
 use crate::verify::{verify_prepared, Prepared, Verdict, WINDOW};
@@ -284,6 +286,7 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
             s.extreme_gates = true;
         },
     ));
+    v.extend(check_serving::cases(quick));
     v
 }
 
@@ -312,19 +315,21 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
         .enumerate()
         .map(|(i, c)| (c, a.seed + i as u64))
         .collect();
-    let plans_of = |op: Op| {
-        if op == Op::Prefill {
+    // serving prefill cases also run the automatic plan: a mode no plan supports must fail, not be refused
+    let plans_of = |c: &WorkloadSpec| {
+        let mut v = if c.op == Op::Prefill {
             plans.clone()
         } else {
             vec![None]
+        };
+        if c.serving.is_active() && !v.contains(&None) {
+            v.push(None);
         }
+        v
     };
     // the 64-bit offset case: CUDA only (35 GB of GPU memory), full sweep only
     let offsets = !a.quick && !engine.is_cpu() && a.target.op.includes(Op::Prefill);
-    let runs: usize = cases
-        .iter()
-        .map(|(c, _)| plans_of(c.op).len())
-        .sum::<usize>()
+    let runs: usize = cases.iter().map(|(c, _)| plans_of(c).len()).sum::<usize>()
         + if offsets { plans.len() } else { 0 };
     eprintln!(
         "gdn check: {} runs on {} ({}){}",
@@ -342,8 +347,12 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
     for (spec, seed) in &cases {
         pb.set_message(spec.label.clone());
         let prepared = Prepared::new(spec, *seed)?;
-        for plan in plans_of(spec.op) {
-            results.push(verify_prepared(engine, &prepared, plan)?);
+        for plan in plans_of(spec) {
+            // a backend error is a failed row (with its message), not the end of the sweep
+            results.push(
+                verify_prepared(engine, &prepared, plan)
+                    .unwrap_or_else(|e| failed_row(&spec.label, plan, &e)),
+            );
             pb.inc(1);
         }
     }
@@ -358,6 +367,16 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
     }
     pb.finish_and_clear();
     Ok(results)
+}
+
+/// The row of a run that returned an error.
+fn failed_row(case: &str, plan: Option<gdn_cuda::ForcedPlan>, e: &anyhow::Error) -> Verdict {
+    let k = plan.map_or("auto", gdn_cuda::ForcedPlan::name);
+    let mut v = crate::verify::refused(&format!("{case} [{k}]"), String::new());
+    v.refused = None;
+    v.passed = false;
+    v.summary = format!("error: {e:#}");
+    v
 }
 
 /// The table, the stability lines, the failures, the JSON; an error when a case failed.

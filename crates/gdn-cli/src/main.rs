@@ -9,6 +9,7 @@
 mod backend;
 mod bench_classes;
 mod check_offsets;
+mod check_serving;
 mod cmd_bench;
 mod cmd_check;
 mod cmd_gen;

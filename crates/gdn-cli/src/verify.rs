@@ -173,7 +173,8 @@ pub fn verify_prepared(
         }
     };
     let r = &prepared.reference;
-    let (out_tol, state_tol) = tolerances(&p, spec.normalize_qk);
+    // q/k normalised by the caller or by the kernel
+    let (out_tol, state_tol) = tolerances(&p, spec.normalize_qk || p.serving.qk_l2norm);
     let report = compare(&p, &out, r, &out_tol, &state_tol);
     let case = match p.def.op {
         Op::Prefill => row_label(&spec.label, &ran),

@@ -1,0 +1,330 @@
+//! `gdn check`'s serving cases: every serving mode of [`gdn_core::serving`] (gate modes, in-kernel q/k norm,
+//! both state layouts, pools under both padding rules with padding at both ends, `has_initial_state`, int32 and
+//! int64 indices and `cu_seqlens`, spec-decode slots, prefill checkpoints, bf16 states) alone and combined, on
+//! every operation and head configuration. Each case's pool has more rows than the call touches, so the rows
+//! it must leave alone are compared too (guard rows), and every written row starts poisoned.
+
+use crate::cmd_check::all_heads;
+use gdn_core::serving::{GateMode, PadRule, Serving, StateLayout};
+use gdn_core::workload::{ServingDraw, WorkloadSpec};
+use gdn_core::{DType, Heads};
+
+/// A case: `spec` with the serving draw `sd` and a label.
+fn case(mut spec: WorkloadSpec, label: &str, sd: ServingDraw) -> WorkloadSpec {
+    spec.serving = sd;
+    spec.label = format!("serving {label}");
+    spec
+}
+
+fn opts(qk_l2norm: bool, layout: StateLayout, pad: PadRule, checkpoint_every: usize) -> Serving {
+    Serving {
+        qk_l2norm,
+        layout,
+        pad,
+        checkpoint_every,
+    }
+}
+
+/// Every mode at once: log gates with bf16 beta, q/k norm on raw inputs, K-first, a null-slot pool with int64
+/// indices and padding at both ends, `has_initial_state` (and for prefill int32 offsets and checkpoints).
+fn combined(every: usize, pool_rows: usize) -> ServingDraw {
+    ServingDraw {
+        options: opts(true, StateLayout::KFirst, PadRule::NullSlot, every),
+        gates: GateMode::Log,
+        pool_rows,
+        index_i64: true,
+        pad_front: 1,
+        pad_back: 1,
+        has_initial_state: true,
+        cu_i32: every > 0,
+        ..Default::default()
+    }
+}
+
+/// The serving cases, in order (decode, MTP, prefill).
+pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
+    let hd = Heads::new(4, 8, 128).expect("qk4_v8");
+    let heads = all_heads();
+    let mut v = Vec::new();
+    let kl = StateLayout::KLast;
+    let kf = StateLayout::KFirst;
+    let neg = PadRule::Negative;
+    let null = PadRule::NullSlot;
+
+    // Decode.
+    let dec = |b: usize| WorkloadSpec::decode(hd, b);
+    for (gates, beta_f32, name) in [
+        (GateMode::Log, false, "log g, bf16 beta"),
+        (GateMode::Log, true, "log g, f32 beta"),
+        (GateMode::Linear, true, "linear alpha, f32 beta"),
+    ] {
+        v.push(case(
+            dec(8),
+            &format!("decode B=8 {name}"),
+            ServingDraw {
+                gates,
+                beta_f32,
+                ..Default::default()
+            },
+        ));
+    }
+    v.push(case(
+        dec(5),
+        "decode B=5 q/k norm in kernel (raw q/k)",
+        ServingDraw {
+            options: opts(true, kl, neg, 0),
+            ..Default::default()
+        },
+    ));
+    v.push(case(
+        dec(4),
+        "decode B=4 k-first",
+        ServingDraw {
+            options: opts(false, kf, neg, 0),
+            ..Default::default()
+        },
+    ));
+    let pools: &[usize] = if quick { &[9, 64] } else { &[1, 9, 64, 256] };
+    for &b in pools {
+        v.push(case(
+            dec(b),
+            &format!("decode B={b} pool -1 padding both ends, int32"),
+            ServingDraw {
+                pool_rows: 2 * b + 3,
+                pad_front: 1,
+                pad_back: usize::from(b > 1),
+                ..Default::default()
+            },
+        ));
+    }
+    v.push(case(
+        dec(33),
+        "decode B=33 pool null slot, int64, has_initial_state",
+        ServingDraw {
+            options: opts(false, kl, null, 0),
+            pool_rows: 80,
+            index_i64: true,
+            pad_front: 2,
+            pad_back: 2,
+            has_initial_state: true,
+            ..Default::default()
+        },
+    ));
+    let mut bf = dec(16);
+    bf.state_dtype = DType::BF16;
+    v.push(case(
+        bf,
+        "decode B=16 bf16 pool",
+        ServingDraw {
+            pool_rows: 40,
+            pad_back: 1,
+            ..Default::default()
+        },
+    ));
+    for (name, h) in &heads {
+        v.push(case(
+            WorkloadSpec::decode(*h, 7),
+            &format!("decode {name} B=7 all modes"),
+            combined(0, 20),
+        ));
+    }
+
+    // MTP: spec-decode slots, serving pools under the null-slot rule, gates, norm and layout.
+    let mtp = |b: usize, t: usize, inter: bool| {
+        let mut s = WorkloadSpec::mtp(hd, b, t);
+        s.intermediate = inter;
+        s.normalize_qk = true;
+        s
+    };
+    for (b, t, pad) in [(6, 4, neg), (5, 3, null), (3, 8, neg)] {
+        v.push(case(
+            mtp(b, t, false),
+            &format!("mtp B={b} T={t} spec slots, {pad} padding both ends"),
+            ServingDraw {
+                options: opts(false, kl, pad, 0),
+                spec_slots: true,
+                pad_front: 1,
+                pad_back: 1,
+                has_initial_state: b == 5,
+                ..Default::default()
+            },
+        ));
+    }
+    let mut serving_mtp = mtp(8, 4, true);
+    serving_mtp.mtp_mode = gdn_core::MtpMode::Serving;
+    serving_mtp.padding = 2;
+    v.push(case(
+        serving_mtp,
+        "mtp B=8 T=4 pool update, null-slot rule, +intermediate",
+        ServingDraw {
+            options: opts(false, kl, null, 0),
+            ..Default::default()
+        },
+    ));
+    v.push(case(
+        mtp(4, 5, true),
+        "mtp B=4 T=5 linear alpha, q/k norm, k-first, +intermediate",
+        ServingDraw {
+            options: opts(true, kf, neg, 0),
+            gates: GateMode::Linear,
+            beta_f32: true,
+            ..Default::default()
+        },
+    ));
+    for (name, h) in &heads {
+        let mut s = WorkloadSpec::mtp(*h, 4, 3);
+        s.normalize_qk = false;
+        v.push(case(
+            s,
+            &format!("mtp {name} B=4 T=3 spec slots, all modes"),
+            ServingDraw {
+                options: opts(true, kf, null, 0),
+                gates: GateMode::Log,
+                spec_slots: true,
+                pad_front: 1,
+                has_initial_state: true,
+                ..Default::default()
+            },
+        ));
+    }
+
+    // Prefill (normalised q/k unless the kernel normalises them).
+    let pf = |lens: &[usize]| {
+        let mut s = WorkloadSpec::prefill(hd, lens);
+        s.normalize_qk = true;
+        s
+    };
+    v.push(case(
+        pf(&[100, 37]),
+        "prefill [100, 37] log g, bf16 beta",
+        ServingDraw {
+            gates: GateMode::Log,
+            ..Default::default()
+        },
+    ));
+    v.push(case(
+        pf(&[64, 1, 65]),
+        "prefill [64, 1, 65] linear alpha, f32 beta",
+        ServingDraw {
+            gates: GateMode::Linear,
+            beta_f32: true,
+            ..Default::default()
+        },
+    ));
+    let mut raw = pf(&[130, 7]);
+    raw.normalize_qk = false;
+    v.push(case(
+        raw,
+        "prefill [130, 7] q/k norm in kernel (raw q/k)",
+        ServingDraw {
+            options: opts(true, kl, neg, 0),
+            ..Default::default()
+        },
+    ));
+    v.push(case(
+        pf(&[200, 66]),
+        "prefill [200, 66] k-first",
+        ServingDraw {
+            options: opts(false, kf, neg, 0),
+            ..Default::default()
+        },
+    ));
+    v.push(case(
+        pf(&[70, 20, 0, 300]),
+        "prefill [70, 20, 0, 300] int32 cu_seqlens",
+        ServingDraw {
+            cu_i32: true,
+            ..Default::default()
+        },
+    ));
+    v.push(case(
+        pf(&[0, 50, 0, 64, 129, 3]),
+        "prefill [0, 50, 0, 64, 129, 3] pool -1 padding both ends, has_initial_state",
+        ServingDraw {
+            pool_rows: 64,
+            pad_front: 1,
+            pad_back: 1,
+            has_initial_state: true,
+            ..Default::default()
+        },
+    ));
+    let many: Vec<usize> = (0..57)
+        .map(|i| (i * 37 + 11) % if quick { 90 } else { 300 })
+        .collect();
+    v.push(case(
+        pf(&many),
+        "prefill 57 seqs pool null slot, int64",
+        ServingDraw {
+            options: opts(false, kl, null, 0),
+            pool_rows: 100,
+            index_i64: true,
+            pad_front: 3,
+            pad_back: 2,
+            ..Default::default()
+        },
+    ));
+    v.push(case(
+        pf(&[0, 1, 63, 64, 65, 200, 300]),
+        "prefill [0, 1, 63, 64, 65, 200, 300] checkpoints every 64",
+        ServingDraw {
+            options: opts(false, kl, neg, 64),
+            ..Default::default()
+        },
+    ));
+    v.push(case(
+        pf(&[128, 500, 127]),
+        "prefill [128, 500, 127] pool, checkpoints every 128",
+        ServingDraw {
+            options: opts(false, kl, neg, 128),
+            pool_rows: 7,
+            ..Default::default()
+        },
+    ));
+    let mut bfp = pf(&[90, 40]);
+    bfp.state_dtype = DType::BF16;
+    v.push(case(
+        bfp,
+        "prefill [90, 40] bf16 pool, checkpoints every 64",
+        ServingDraw {
+            options: opts(false, kl, neg, 64),
+            pool_rows: 5,
+            ..Default::default()
+        },
+    ));
+    let long = if quick { 700 } else { 4096 };
+    v.push(case(
+        pf(&[long]),
+        &format!("prefill 1x{long} pool, checkpoints every 256"),
+        ServingDraw {
+            options: opts(false, kl, neg, 256),
+            pool_rows: 3,
+            ..Default::default()
+        },
+    ));
+    for (name, h) in &heads {
+        let mut s = WorkloadSpec::prefill(*h, &[0, 140, 64, 7, 0, 260]);
+        s.normalize_qk = false;
+        v.push(case(
+            s,
+            &format!("prefill {name} [0, 140, 64, 7, 0, 260] all modes"),
+            combined(64, 12),
+        ));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gdn_core::workload::generate;
+
+    /// Every case draws inputs its own problem accepts (the draws and the validation agree).
+    #[test]
+    fn every_case_validates() {
+        for (i, c) in cases(true).iter().enumerate() {
+            let t = generate(c, i as u64);
+            let p = c.problem(&t).unwrap_or_else(|e| panic!("{}: {e}", c.label));
+            assert!(p.is_serving(), "{}", c.label);
+        }
+    }
+}
