@@ -12,10 +12,12 @@
 #   5. bench     gdn bench --backend cuda                 (correctness, then the timing tiers + copy floor)
 #   5b. blind    gdn bench --backend cuda --op prefill --no-length-hint   (the plans a caller that knows only
 #                T and N gets: no longest-sequence hint)
+#   5c. serving  gdn bench --backend cuda --serving       (serving modes beside the definition mode)
 #   6. memcheck  compute-sanitizer --tool memcheck  on gdn check --quick --backend cuda
 #   7. racecheck compute-sanitizer --tool racecheck on gdn check --quick --backend cuda --op prefill
 #                (the only kernels with shared memory; the recurrent kernels use none)
-# Files under $OUT (at most 8, flat): summary.txt, check.json, bench.json, bench_blind.json, logs.tar.gz.
+# Files under $OUT (at most 8, flat): summary.txt, check.json, bench.json, bench_blind.json,
+# bench_serving.json, logs.tar.gz.
 # Prints a short summary last. Exit code: 0 when every step passed.
 # Knobs (environment): GDN (binary), SMOKE, STEPS (e.g. "kernels check"), CHECK_ARGS, BENCH_ARGS,
 # T_<STEP> (seconds per step; defaults below), GDN_CACHE_DIR (NVRTC cache; shared by all steps).
@@ -26,7 +28,7 @@ OUT=${OUT:-/tmp/gdn-device-out}
 mkdir -p "$OUT"
 GDN=${GDN:-target/release/gdn}
 SMOKE=${SMOKE:-target/release/gdn-cuda-smoke}
-STEPS=${STEPS:-"env kernels smoke check bench blind memcheck racecheck"}
+STEPS=${STEPS:-"env kernels smoke check bench blind serving memcheck racecheck"}
 CHECK_ARGS=${CHECK_ARGS:-}
 BENCH_ARGS=${BENCH_ARGS:-}
 export GDN_CACHE_DIR=${GDN_CACHE_DIR:-/tmp/gdn-cache}
@@ -83,6 +85,9 @@ has bench && step bench "${T_BENCH:-300}" "$GDN" bench --backend cuda --json "$O
 # shellcheck disable=SC2086
 has blind && step blind "${T_BLIND:-200}" "$GDN" bench --backend cuda --op prefill --no-length-hint \
     --json "$OUT/bench_blind.json" $BENCH_ARGS
+# shellcheck disable=SC2086
+has serving && step serving "${T_SERVING:-300}" "$GDN" bench --backend cuda --serving \
+    --json "$OUT/bench_serving.json" $BENCH_ARGS
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 SAN_RC=99
 if has memcheck; then
@@ -104,7 +109,7 @@ for f in "$LOGS"/*.log; do
         kernels) tail -n 1 "$f" | sed 's/^/  kernels: /' ;;
         smoke) grep -E "^(device|copy|decode B|smoke)" "$f" | sed 's/^/  smoke: /' ;;
         check) tail -n 3 "$f" | sed 's/^/  check: /' ;;
-        bench | blind) tail -n 25 "$f" | sed "s/^/  $n: /" ;;
+        bench | blind | serving) tail -n 25 "$f" | sed "s/^/  $n: /" ;;
         memcheck | racecheck) grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^FAIL|error:" "$f" | tail -n 4 | sed "s/^/  $n: /" ;;
     esac
 done >>"$SUMMARY"

@@ -17,6 +17,7 @@
 
 use crate::backend::{Choice, Engine};
 use crate::check_offsets;
+use crate::check_pool;
 use crate::check_serving;
 use crate::dataset::{self, DatasetArgs};
 use crate::table::{new_table, progress, sci};
@@ -329,8 +330,18 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
     };
     // the 64-bit offset case: CUDA only (35 GB of GPU memory), full sweep only
     let offsets = !a.quick && !engine.is_cpu() && a.target.op.includes(Op::Prefill);
+    // the large-pool cases: CUDA only (4.3 GB pools), full sweep only
+    let big_pools: Vec<WorkloadSpec> = if !a.quick && !engine.is_cpu() {
+        check_pool::specs()
+            .into_iter()
+            .filter(|s| a.target.op.includes(s.op))
+            .collect()
+    } else {
+        vec![]
+    };
     let runs: usize = cases.iter().map(|(c, _)| plans_of(c).len()).sum::<usize>()
-        + if offsets { plans.len() } else { 0 };
+        + if offsets { plans.len() } else { 0 }
+        + big_pools.len();
     eprintln!(
         "gdn check: {} runs on {} ({}){}",
         runs,
@@ -364,6 +375,15 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
             &plans,
         )?);
         pb.inc(plans.len() as u64);
+    }
+    for (i, spec) in big_pools.iter().enumerate() {
+        pb.set_message(check_pool::label(spec));
+        let seed = a.seed + cases.len() as u64 + 1 + i as u64;
+        results.push(
+            check_pool::run(engine, spec, seed)
+                .unwrap_or_else(|e| failed_row(&check_pool::label(spec), None, &e)),
+        );
+        pb.inc(1);
     }
     pb.finish_and_clear();
     Ok(results)

@@ -8,7 +8,9 @@
 
 mod backend;
 mod bench_classes;
+mod bench_serving;
 mod check_offsets;
+mod check_pool;
 mod check_serving;
 mod cmd_bench;
 mod cmd_check;

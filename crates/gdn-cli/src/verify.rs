@@ -61,7 +61,11 @@ pub struct Prepared {
 impl Prepared {
     /// Draws `spec`'s inputs (seeded) and runs the float64 reference on them.
     pub fn new(spec: &WorkloadSpec, seed: u64) -> Result<Prepared> {
-        let tensors = generate(spec, seed);
+        Self::from_tensors(spec, generate(spec, seed))
+    }
+
+    /// `spec`'s call on the given tensors, with its float64 reference.
+    pub fn from_tensors(spec: &WorkloadSpec, tensors: TensorMap) -> Result<Prepared> {
         let problem = spec
             .problem(&tensors)
             .with_context(|| format!("generated workload {}", spec.label))?;
@@ -72,6 +76,10 @@ impl Prepared {
             problem,
             reference,
         })
+    }
+
+    pub fn reference(&self) -> &RefOutputs {
+        &self.reference
     }
 }
 

@@ -4,9 +4,10 @@
 //!
 //! - precomputed gates: `g` (or `alpha = e^g`) and `beta = sigmoid(b)` computed in f32 from the drawn raw
 //!   gates, which are removed;
-//! - a state pool of `pool_rows` rows (`0.1·randn`) with `state_indices` a seeded subset of the usable rows
-//!   (slot 0 excluded under the null-slot rule); the first `pad_front` and last `pad_back` sequences padded
-//!   (-1, or alternately 0 and -1 under the null-slot rule);
+//! - a state pool of `pool_rows` rows with `state_indices` a seeded subset of the usable rows (slot 0
+//!   excluded under the null-slot rule); the first `pad_front` and last `pad_back` sequences padded (-1, or
+//!   alternately 0 and -1 under the null-slot rule). Rows a sequence reads are `0.1·randn`; the others (guard
+//!   rows, which must come back unchanged) hold a cheap distinct pattern, so pools of thousands of rows draw fast;
 //! - `has_initial_state` with about a third of the entries 0;
 //! - spec-decode slots: `initial_state_indices [B, T]` of distinct rows, `num_accepted_tokens` in 1..=T, some
 //!   unused draft slots padded;
@@ -77,14 +78,26 @@ pub fn apply(spec: &WorkloadSpec, m: &mut TensorMap, seed: u64) {
             "ServingDraw: a pool of {} rows is too small for {n} sequences",
             sd.pool_rows
         );
-        m.insert(
-            state_name.into(),
-            state_tensor(&mut rng, state_dtype, vec![sd.pool_rows, hv, d, d], 0.1),
-        );
         let mut rows: Vec<i64> = (first as i64..sd.pool_rows as i64).collect();
         rows.shuffle(&mut rng);
         rows.truncate(n);
         pad_ends(&mut rows, sd, pad);
+        let owned: Vec<usize> = rows
+            .iter()
+            .filter(|&&r| r >= 0)
+            .map(|&r| r as usize)
+            .collect();
+        m.insert(
+            state_name.into(),
+            pool_tensor(
+                &mut rng,
+                state_dtype,
+                sd.pool_rows,
+                hv * d * d,
+                &owned,
+                vec![hv, d, d],
+            ),
+        );
         let data = if sd.index_i64 {
             Data::I64(rows)
         } else {
@@ -204,13 +217,17 @@ fn spec_slots(m: &mut TensorMap, spec: &WorkloadSpec, rng: &mut StdRng, dtype: D
     let b = spec.seq_lens.len();
     let t = spec.seq_lens.first().copied().unwrap_or(1);
     let pool = spec.pool_size.max(b * t + 2);
-    m.insert(
-        spec.definition().state_input().into(),
-        state_tensor(rng, dtype, vec![pool, hv, d, d], 0.1),
-    );
     m.remove("intermediate_states_buffer");
     let mut rows: Vec<i64> = (1..pool as i64).collect();
     rows.shuffle(rng);
+    let owned: Vec<usize> = rows[rows.len().saturating_sub(b * t)..]
+        .iter()
+        .map(|&r| r as usize)
+        .collect();
+    m.insert(
+        spec.definition().state_input().into(),
+        pool_tensor(rng, dtype, pool, hv * d * d, &owned, vec![hv, d, d]),
+    );
     let mut idx = vec![0i32; b * t];
     let mut acc = vec![0i32; b];
     let padded = |r: usize| r < sd.pad_front || r + sd.pad_back >= b;
@@ -240,6 +257,33 @@ fn spec_slots(m: &mut TensorMap, spec: &WorkloadSpec, rng: &mut StdRng, dtype: D
         names::NUM_ACCEPTED.into(),
         Tensor::new(vec![b], Data::I32(acc)),
     );
+}
+
+/// A pool of `rows` rows of `row` elements: `0.1·randn` in the rows listed in `drawn`, a cheap distinct
+/// pattern elsewhere.
+fn pool_tensor(
+    rng: &mut StdRng,
+    dtype: DType,
+    rows: usize,
+    row: usize,
+    drawn: &[usize],
+    inner: Vec<usize>,
+) -> Tensor {
+    let mut v: Vec<f32> = (0..rows * row)
+        .map(|i| ((i as u64).wrapping_mul(2_654_435_761) % 2001) as f32 * 1e-4 - 0.1)
+        .collect();
+    for &r in drawn {
+        for e in &mut v[r * row..(r + 1) * row] {
+            *e = 0.1 * rng.sample::<f32, _>(StandardNormal);
+        }
+    }
+    let mut shape = vec![rows];
+    shape.extend(inner);
+    let data = match dtype {
+        DType::BF16 => Data::BF16(v.into_iter().map(bf16::from_f32).collect()),
+        _ => Data::F32(v),
+    };
+    Tensor::new(shape, data)
 }
 
 fn state_tensor(rng: &mut StdRng, dtype: DType, shape: Vec<usize>, sigma: f32) -> Tensor {
