@@ -4,7 +4,7 @@
 //! every operation and head configuration. Each case's pool has more rows than the call touches, so the rows
 //! it must leave alone are compared too (guard rows), and every written row starts poisoned.
 
-use crate::cmd_check::all_heads;
+use crate::heads::all_heads;
 use gdn_core::serving::{GateMode, PadRule, Serving, StateLayout};
 use gdn_core::workload::{ServingDraw, WorkloadSpec};
 use gdn_core::{DType, Heads};

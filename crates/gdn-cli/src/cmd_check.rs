@@ -20,6 +20,7 @@ use crate::check_offsets;
 use crate::check_pool;
 use crate::check_serving;
 use crate::dataset::{self, DatasetArgs};
+use crate::heads::all_heads;
 use crate::table::{new_table, progress, sci};
 use crate::verify::{verify_prepared, Prepared, Verdict, WINDOW};
 use anyhow::{bail, Context, Result};
@@ -71,19 +72,6 @@ impl OpFilter {
             OpFilter::Mtp => op == Op::Mtp,
         }
     }
-}
-
-/// The head configurations gdn is checked on: TP=1, 2, 4 of Qwen3-Next and a Qwen3.5-style 1:4 ratio.
-pub fn all_heads() -> Vec<(&'static str, Heads)> {
-    [
-        ("qk16_v32", 16, 32),
-        ("qk8_v16", 8, 16),
-        ("qk4_v8", 4, 8),
-        ("qk2_v8", 2, 8),
-    ]
-    .into_iter()
-    .map(|(n, h, hv)| (n, Heads::new(h, hv, 128).expect("valid heads")))
-    .collect()
 }
 
 fn with(mut s: WorkloadSpec, label: String, f: impl FnOnce(&mut WorkloadSpec)) -> WorkloadSpec {

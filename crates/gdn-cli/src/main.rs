@@ -20,6 +20,7 @@ mod cmd_plot;
 mod cmd_run;
 mod cmd_workloads;
 mod dataset;
+mod heads;
 mod table;
 mod verify;
 

@@ -16,10 +16,10 @@
 //!   a run must not touch are detectable).
 
 use crate::definition::Op;
+use crate::definition::{Definition, Heads};
 use crate::dtype::DType;
 use crate::serving::{names, GateMode, PadRule, Serving};
 use crate::tensor::{Data, Tensor, TensorMap};
-use crate::workload::WorkloadSpec;
 use half::bf16;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -55,8 +55,24 @@ impl ServingDraw {
     }
 }
 
+/// What a draw needs to know of its workload (the fields of `workload::WorkloadSpec` of the same names).
+pub struct Target<'a> {
+    pub op: Op,
+    pub heads: Heads,
+    pub seq_lens: &'a [usize],
+    pub pool_size: usize,
+    pub state_dtype: DType,
+    pub serving: &'a ServingDraw,
+}
+
+impl Target<'_> {
+    fn state_input(&self) -> &'static str {
+        Definition::new(self.op, self.heads).state_input()
+    }
+}
+
 /// Applies `spec.serving` to the definition tensors in `m` (no-op when inactive).
-pub fn apply(spec: &WorkloadSpec, m: &mut TensorMap, seed: u64) {
+pub fn apply(spec: &Target, m: &mut TensorMap, seed: u64) {
     let sd = &spec.serving;
     if !sd.is_active() {
         return;
@@ -69,7 +85,7 @@ pub fn apply(spec: &WorkloadSpec, m: &mut TensorMap, seed: u64) {
     if sd.gates != GateMode::Raw {
         precomputed_gates(m, sd, hv);
     }
-    let state_name = spec.definition().state_input();
+    let state_name = spec.state_input();
     let state_dtype = m.get(state_name).map_or(spec.state_dtype, Tensor::dtype);
     if sd.pool_rows > 0 && spec.op != Op::Mtp {
         let first = usize::from(pad == PadRule::NullSlot);
@@ -129,7 +145,7 @@ pub fn apply(spec: &WorkloadSpec, m: &mut TensorMap, seed: u64) {
     let every = sd.options.checkpoint_every;
     if every > 0 && spec.op == Op::Prefill {
         let mut starts = vec![0i64];
-        for &l in &spec.seq_lens {
+        for &l in spec.seq_lens {
             starts.push(starts.last().unwrap() + (l / every) as i64 + 1);
         }
         let rows = *starts.last().unwrap() as usize;
@@ -209,7 +225,7 @@ fn pad_ends(rows: &mut [i64], sd: &ServingDraw, pad: PadRule) {
 }
 
 /// `[B, T]` distinct slots, accepted counts, and a pool large enough for them.
-fn spec_slots(m: &mut TensorMap, spec: &WorkloadSpec, rng: &mut StdRng, dtype: DType) {
+fn spec_slots(m: &mut TensorMap, spec: &Target, rng: &mut StdRng, dtype: DType) {
     let sd = &spec.serving;
     let pad = sd.options.pad;
     let h = &spec.heads;
@@ -225,7 +241,7 @@ fn spec_slots(m: &mut TensorMap, spec: &WorkloadSpec, rng: &mut StdRng, dtype: D
         .map(|&r| r as usize)
         .collect();
     m.insert(
-        spec.definition().state_input().into(),
+        spec.state_input().into(),
         pool_tensor(rng, dtype, pool, hv * d * d, &owned, vec![hv, d, d]),
     );
     let mut idx = vec![0i32; b * t];

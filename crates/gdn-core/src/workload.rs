@@ -204,7 +204,15 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> TensorMap {
         }
     }
     put("scale", vec![], Data::F32(vec![spec.scale]));
-    crate::serving_draw::apply(spec, &mut m, seed);
+    let target = crate::serving_draw::Target {
+        op: spec.op,
+        heads: spec.heads,
+        seq_lens: &spec.seq_lens,
+        pool_size: spec.pool_size,
+        state_dtype: spec.state_dtype,
+        serving: &spec.serving,
+    };
+    crate::serving_draw::apply(&target, &mut m, seed);
     m
 }
 

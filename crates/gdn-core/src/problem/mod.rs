@@ -11,149 +11,16 @@
 use crate::definition::{Definition, Op, TensorSpec};
 use crate::dtype::DType;
 use crate::error::{GdnError, Result};
-use crate::serving::{names, GateMode, PadRule, Serving, CHECKPOINT_GRANULE};
+use crate::serving::{names, GateMode, PadRule, Serving};
 use crate::tensor::{Data, Tensor, TensorMap};
-use half::bf16;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 mod serving_checks;
+mod types;
 pub use serving_checks::int_values;
 use serving_checks::{gate_mode, gate_name};
-
-/// How MTP treats its state pool.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum MtpMode {
-    /// The `gdn_mtp_*` definition: the pool is read, `final_state` is a copy of it (not updated), every
-    /// index must be a valid pool row.
-    #[default]
-    Definition,
-    /// Serving: each request's final state is written back to its pool row (in place), and index -1 marks a
-    /// padding request (skipped: no state read or written, its output rows are zero).
-    Serving,
-}
-
-/// Caller options that are not tensors.
-#[derive(Copy, Clone, Debug, Default, PartialEq)]
-pub struct RunOptions {
-    /// Overrides the `scale` tensor when set (0 still means the default 1/sqrt(head_size)).
-    pub scale: Option<f32>,
-    pub mtp_mode: MtpMode,
-    /// Serving options (q/k norm, state layout, padding rule, checkpoints); default: the definitions.
-    pub serving: Serving,
-}
-
-/// Sizes bound from the inputs.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Dims {
-    /// Requests (decode, MTP) or sequences (prefill).
-    pub num_seqs: usize,
-    /// Tokens per request for decode (1) and MTP (T); 0 for prefill (variable).
-    pub seq_len: usize,
-    /// Total tokens (rows of q/k/v).
-    pub total_tokens: usize,
-    /// Rows of the state tensor (`num_seqs`, or `pool_size` for MTP).
-    pub state_rows: usize,
-    /// Tokens of the longest sequence when known on the host: from host `cu_seqlens` values (prefill), or
-    /// `seq_len` (decode, MTP). `None` when `cu_seqlens` lives on a device (bindings may set a caller's hint).
-    /// Backends may use it to plan; it never changes results.
-    pub max_seq_len: Option<usize>,
-}
-
-/// A validated problem (sizes and flags; no data).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Problem {
-    pub def: Definition,
-    pub dims: Dims,
-    /// dtype of the state input, or `None` when absent (zeros). BF16 is gdn's bf16-state extension:
-    /// the state is stored in bf16 (and so is the state output), the math stays fp32.
-    pub state_dtype: Option<DType>,
-    /// MTP: an `intermediate_states_buffer` was given and is written.
-    pub intermediate: bool,
-    /// Resolved scale (never 0).
-    pub scale: f32,
-    /// MTP pool treatment (spec-decode slots imply [`MtpMode::Serving`]).
-    pub mtp_mode: MtpMode,
-    /// The caller's serving options.
-    pub serving: Serving,
-    /// Where the gates come from (selected by the tensors given: `g`, `alpha`, or `a, b, A_log, dt_bias`).
-    pub gates: GateMode,
-    /// dtype of `beta` (precomputed gates: F32 or BF16; BF16 for raw gates, where `b` is bf16).
-    pub beta_dtype: DType,
-    /// Decode / prefill read and write rows `state_indices[n]` of a state pool (`state` has `state_rows`
-    /// rows), in place.
-    pub pool: bool,
-    /// dtype of the pool index tensor (`state_indices`, or MTP's `initial_state_indices`): I32 or I64.
-    pub index_dtype: DType,
-    /// `has_initial_state` was given.
-    pub has_initial_state: bool,
-    /// MTP spec-decode slots: `initial_state_indices` is `[B, T]`, with `num_accepted_tokens`.
-    pub spec_slots: bool,
-    /// dtype of prefill's `cu_seqlens` (I64 per the definitions, or I32).
-    pub cu_dtype: DType,
-    /// Rows of the `checkpoints` buffer (0: no checkpoints). It is destination-passing, like MTP's
-    /// intermediate buffer: rows no sequence writes keep the caller's values.
-    pub checkpoint_rows: usize,
-    /// dtype of the `checkpoints` buffer (the state's, or F32).
-    pub checkpoint_dtype: DType,
-}
-
-/// Typed state storage (fp32 per the definitions, or bf16).
-#[derive(Copy, Clone, Debug)]
-pub enum StateRef<'a> {
-    F32(&'a [f32]),
-    BF16(&'a [bf16]),
-}
-
-/// Typed views of a validated problem's inputs.
-#[derive(Clone, Debug, Default)]
-pub struct Inputs<'a> {
-    pub q: &'a [bf16],
-    pub k: &'a [bf16],
-    pub v: &'a [bf16],
-    pub a: &'a [bf16],
-    pub b: &'a [bf16],
-    pub a_log: &'a [f32],
-    pub dt_bias: &'a [f32],
-    pub state: Option<StateRef<'a>>,
-    /// Sequence boundaries in tokens, `num_seqs + 1` entries (synthesised for decode and MTP).
-    pub cu_seqlens: Cow<'a, [i64]>,
-    /// MTP pool rows, one per request.
-    pub state_indices: Option<&'a [i32]>,
-    /// MTP intermediate-state buffer as given (destination-passing: rows not written keep these values).
-    pub intermediate: Option<&'a [f32]>,
-    /// Precomputed gates: log decay `g` or linear decay `alpha` (by [`Problem::gates`]), token-major `[tokens, HV]`.
-    pub gate: Option<&'a [f32]>,
-    /// Precomputed update gate, `[tokens, HV]`.
-    pub beta: Option<BetaRef<'a>>,
-    /// Decode / prefill pool rows (`state_indices`), or MTP spec-decode slots `[B, T]` flattened; as i64.
-    pub pool_indices: Option<Cow<'a, [i64]>>,
-    /// `has_initial_state` per sequence.
-    pub has_initial_state: Option<Vec<bool>>,
-    /// MTP spec-decode slots: accepted tokens per request.
-    pub num_accepted: Option<&'a [i32]>,
-    /// Prefill checkpoints: first row of each sequence in `checkpoints`, `N + 1` entries.
-    pub checkpoint_starts: Option<Cow<'a, [i64]>>,
-    /// The `checkpoints` buffer as given (rows not written keep these values).
-    pub checkpoints: Option<StateRef<'a>>,
-}
-
-/// Typed precomputed `beta`.
-#[derive(Copy, Clone, Debug)]
-pub enum BetaRef<'a> {
-    F32(&'a [f32]),
-    BF16(&'a [bf16]),
-}
-
-impl BetaRef<'_> {
-    #[inline]
-    pub fn get(&self, i: usize) -> f32 {
-        match self {
-            BetaRef::F32(v) => v[i],
-            BetaRef::BF16(v) => v[i].to_f32(),
-        }
-    }
-}
+pub use types::{BetaRef, Dims, Inputs, MtpMode, Problem, RunOptions, StateRef};
 
 impl Problem {
     /// Validates `tensors` against `def` and binds every axis. No backend work happens before this passes.

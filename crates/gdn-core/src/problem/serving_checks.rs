@@ -2,7 +2,13 @@
 //! then the values (pool indices and their padding rule, `has_initial_state`, spec-decode slots and accepted
 //! counts, checkpoint rows). Part of [`Problem::from_tensors`].
 
-use super::*;
+use super::types::Problem;
+use crate::definition::Op;
+use crate::dtype::DType;
+use crate::error::{GdnError, Result};
+use crate::serving::{names, GateMode, PadRule, CHECKPOINT_GRANULE};
+use crate::tensor::{Data, Tensor, TensorMap};
+use std::borrow::Cow;
 
 impl Problem {
     /// Presence, dtypes and shapes of the serving tensors, and the options' ranges.
