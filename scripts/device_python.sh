@@ -9,7 +9,10 @@
 #                                             # measurement and, with .peers2 carried and PEERS=1, the side-by-side
 #                                             # bench_peers.py all; with PEERS_MIX=1, FlashInfer beside gdn on
 #                                             # the contest-like mix (scripts/peers_mix.py; a call carrying .peers1
-#                                             # must come first). Results and logs land in $OUT.
+#                                             # must come first); with PEERS_SERVING=1, FlashInfer's serving calls
+#                                             # (state pools, verify, checkpoints) beside gdn's
+#                                             # (scripts/peers_serving.py, same .peers1 call first). Results and
+#                                             # logs land in $OUT.
 # .peers1 (63 MB) and the tracked tree together do not fit one 64 MiB carry: split it here
 # (`split -b 21000000 .peers1/cutlass_cu12.tar.xz .peers1/part_`), carry .peers1/part_aa, part_ab, part_ac in three
 # quick calls (the machine stays warm ~30 s) that copy them to /tmp/parts, then cat them and untar into /tmp/cutl.
@@ -60,5 +63,11 @@ if [ "${PEERS_MIX:-0}" = 1 ] && [ -f .peers2/bench_peers.py ]; then
   # shellcheck disable=SC1091
   . .peers2/setup.sh
   python3 scripts/peers_mix.py 2>&1 | tee "$OUT/peers_mix.log" | tail -30
+fi
+if [ "${PEERS_SERVING:-0}" = 1 ] && [ -f .peers2/bench_peers.py ]; then
+  echo "==> peers_serving.py (FlashInfer and gdn serving calls side by side)"
+  # shellcheck disable=SC1091
+  . .peers2/setup.sh
+  python3 scripts/peers_serving.py 2>&1 | tee "$OUT/peers_serving.log" | tail -75
 fi
 exit "$rc"

@@ -21,4 +21,4 @@ WHEEL=$(ls .whl/gdn/gdn-*.whl)
 echo "python_tests.sh: installed $WHEEL"
 # Run from the tests folder so that `import gdn` resolves to the installed wheel, not the source tree.
 cd crates/gdn-py/tests
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider test_cpu.py "$@"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider test_cpu.py test_cpu_serving.py "$@"

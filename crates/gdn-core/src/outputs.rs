@@ -60,14 +60,8 @@ impl Outputs {
         let intermediate = x.intermediate.map(|buf| {
             let mut buf = buf.to_vec();
             let per_row = p.dims.seq_len * p.state_row_len();
-            let serving = p.mtp_mode == crate::problem::MtpMode::Serving;
             for &i in x.state_indices.unwrap_or(&[]) {
-                let pad = if serving {
-                    p.serving.pad.is_pad(i as i64)
-                } else {
-                    i < 0
-                };
-                if !pad {
+                if !p.serving.pad.is_pad(i as i64) {
                     let r = i as usize;
                     buf[r * per_row..(r + 1) * per_row].fill(f32::NAN);
                 }

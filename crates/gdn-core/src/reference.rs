@@ -126,12 +126,8 @@ pub fn plan(p: &Problem, x: &Inputs) -> Vec<SeqPlan> {
                 Op::Mtp => {
                     let idx = x.state_indices.expect("validated MTP has indices")[n];
                     let serving = p.mtp_mode == MtpMode::Serving;
-                    let is_pad = if serving {
-                        pad.is_pad(idx as i64)
-                    } else {
-                        idx < 0
-                    };
-                    let row = (!is_pad).then_some(idx as usize);
+                    // padding by the call's rule in both modes (the definition mode's pool is not written)
+                    let row = (!pad.is_pad(idx as i64)).then_some(idx as usize);
                     SeqPlan {
                         read_row: row.filter(|_| !fresh(n)),
                         write_row: row.filter(|_| serving),
@@ -224,13 +220,14 @@ impl Ctx<'_> {
     fn k(&self, t: usize, h: usize) -> Vec<f64> {
         self.qk(self.row(self.x.k, t, self.hq, h / self.ratio))
     }
-    /// The in-kernel norm: `x / sqrt(Σx² + eps)`, rounded to bf16 (the kernels use the rounded value).
+    /// The in-kernel norm: `x / sqrt(Σx² + eps)`, rounded to bf16 through f32 as the kernels do (they use the
+    /// rounded value).
     fn qk(&self, x: Vec<f64>) -> Vec<f64> {
         if !self.qk_norm {
             return x;
         }
         let r = 1.0 / (x.iter().map(|e| e * e).sum::<f64>() + QK_NORM_EPS as f64).sqrt();
-        x.iter().map(|&e| bf16::from_f64(e * r).to_f64()).collect()
+        x.iter().map(|&e| bf16::from_f32((e * r) as f32).to_f64()).collect()
     }
     fn gates(&self, t: usize, h: usize) -> (f64, f64) {
         gates_f64(self.p, self.x, t, h)
@@ -356,7 +353,7 @@ impl SeqPlan {
     }
     /// Whether the state after token `i` (0-based within the sequence) is a checkpoint.
     fn is_checkpoint(&self, every: usize, i: usize) -> bool {
-        self.checkpoint_row.is_some() && (i + 1) % every == 0
+        self.checkpoint_row.is_some() && (i + 1).is_multiple_of(every)
     }
 }
 

@@ -207,7 +207,7 @@ fn precomputed_gates(m: &mut TensorMap, sd: &ServingDraw, hv: usize) {
 /// The padding index of the `i`-th padded entry under `pad`.
 fn pad_value(pad: PadRule, i: usize) -> i64 {
     match pad {
-        PadRule::NullSlot if i % 2 == 0 => 0,
+        PadRule::NullSlot if i.is_multiple_of(2) => 0,
         _ => -1,
     }
 }

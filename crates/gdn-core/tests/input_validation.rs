@@ -149,14 +149,14 @@ fn bad_pool_indices_are_rejected_per_mtp_mode() {
     use MtpMode::*;
     let name = "initial_state_indices";
     assert_rejects!(mtp_with(vec![0, 4, 1], Definition, false), Value, name);
-    assert_rejects!(mtp_with(vec![0, -1, 1], Definition, false), Value, name);
     let e = mtp_with(vec![0, 9, 1], Serving, false).unwrap_err();
     assert_eq!(tensor(&e), name);
     assert_rejects!(mtp_with(vec![1, 1, 2], Definition, true), Value, name);
     let e = mtp_with(vec![1, 1, 2], Serving, false).unwrap_err();
     assert_eq!(tensor(&e), name);
-    // Allowed: negative padding in serving mode, duplicates when nothing is written per row.
+    // Allowed: negative padding (in both modes), duplicates when nothing is written per row.
     mtp_with(vec![0, -1, 3], Serving, true).unwrap();
+    mtp_with(vec![0, -1, 1], Definition, false).unwrap();
     mtp_with(vec![-2, -1, 3], Serving, true).unwrap();
     mtp_with(vec![1, 1, 2], Definition, false).unwrap();
 }

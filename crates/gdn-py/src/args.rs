@@ -3,14 +3,23 @@
 //! The Python layer turns every torch tensor / NumPy array into a [`Desc`]: raw address, shape, element
 //! strides, dtype name and device. Validation here never reads tensor data, so it is the same for host and
 //! device tensors: dtype (-> `TypeError`), device, contiguity, alignment (-> `ValueError`), then gdn-core's
-//! `Problem::from_tensors` on shape-only stand-ins (empty data; `cu_seqlens` and pool indices get placeholder
-//! values that always pass). The caller checks the real values afterwards where they are on the host
-//! ([`crate::host`]); for CUDA tensors they are not checked (that would need a device-to-host copy and a sync).
+//! `Problem::from_tensors` on shape-only stand-ins (empty data; `cu_seqlens`, pool indices and the other
+//! integer serving tensors get placeholder values that always pass). The caller checks the real values
+//! afterwards where they are on the host ([`crate::host`]); for CUDA tensors they are not checked (that would
+//! need a device-to-host copy and a sync).
+//!
+//! Every tensor must be dense row-major, with one exception: a state pool (MTP's `initial_state`, or `state`
+//! with `state_indices`) may be a view whose rows (dim 0) are further apart than one state, as a per-layer
+//! view of an engine's `[layers, slots, HV, D, D]` or `[slots, layers, HV, D, D]` buffer is; its inner
+//! `[HV, D, D]` must be dense. Nothing is copied to make a tensor dense: the error asks for `.contiguous()`.
 
 use crate::desc::Desc;
+use crate::serving;
 use gdn_core::definition::TensorSpec;
+use gdn_core::serving::names;
 use gdn_core::{
-    DType, Data, Definition, GdnError, Heads, MtpMode, Op, Problem, RunOptions, Tensor, TensorMap,
+    DType, Data, Definition, GdnError, Heads, MtpMode, Op, PadRule, Problem, RunOptions, Serving,
+    Tensor, TensorMap,
 };
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -66,7 +75,15 @@ pub fn gdn_err(op: Op, e: GdnError) -> ArgError {
             ArgError::Value(format!("{f}: argument '{tensor}': {problem}"))
         }
         GdnError::Missing { tensor } => {
-            ArgError::Value(format!("{f}: argument '{tensor}' is required"))
+            // gdn-core may say why after the name: "name (reason)"
+            let (name, why) = tensor
+                .split_once(" (")
+                .map_or((&tensor[..], ""), |(n, w)| (n, w));
+            let why = why
+                .strip_suffix(')')
+                .map(|w| format!(" ({w})"))
+                .unwrap_or_default();
+            ArgError::Value(format!("{f}: argument '{name}' is required{why}"))
         }
         GdnError::Definition { problem, .. } => ArgError::Value(format!("{f}: {problem}")),
         GdnError::Unsupported(why) => ArgError::Unsupported(format!("{f}: not supported: {why}")),
@@ -125,12 +142,25 @@ fn is_contiguous(shape: &[usize], strides: &[i64]) -> bool {
     true
 }
 
-/// Dtype, device, contiguity and alignment of one tensor argument; returns its device.
-pub fn check_tensor(op: Op, name: &str, d: &Desc, want: &[DType]) -> Result<Device, ArgError> {
+/// Dtype, device, contiguity and alignment of one tensor argument; returns its device. `pool`: the tensor is
+/// a state pool, whose rows (dim 0) may be further apart than one dense row (see the module doc).
+pub fn check_tensor(
+    op: Op,
+    name: &str,
+    d: &Desc,
+    want: &[DType],
+    pool: bool,
+) -> Result<Device, ArgError> {
     let Some(dt) = d.dtype().filter(|t| want.contains(t)) else {
         let names: Vec<&str> = want.iter().map(|t| t.name()).collect();
+        let hint = if name == names::HAS_INITIAL_STATE && d.3 == "bool" {
+            // The host path converts bool itself (gdn/__init__.py); on CUDA that would need a launch.
+            " (on CUDA gdn reads it in place as int32 [N] and does not convert: pass has_initial_state.int())"
+        } else {
+            ""
+        };
         return Err(ArgError::Type(format!(
-            "gdn.{}: argument '{name}': expected dtype {}, got {}",
+            "gdn.{}: argument '{name}': expected dtype {}, got {}{hint}",
             op.name(),
             names.join(" or "),
             d.3
@@ -148,19 +178,38 @@ pub fn check_tensor(op: Op, name: &str, d: &Desc, want: &[DType]) -> Result<Devi
         }
     };
     if d.numel() > 0 {
+        // Device kernels use 16-byte vector accesses, except on the serving index tensors, which they read one
+        // element at a time (engines pass slices of larger index buffers); host slices need element alignment.
+        let align = if dev == Device::Host || serving::SCALAR_READ.contains(&name) {
+            dt.size()
+        } else {
+            16
+        };
         if !is_contiguous(d.shape(), &d.2) {
-            return Err(value(
-                op,
-                name,
-                format!(
-                    "must be contiguous (row-major), got shape {:?} with strides {:?}",
-                    d.shape(),
-                    d.2
-                ),
-            ));
+            let rows_ok = pool && d.shape().len() > 1 && is_contiguous(&d.1[1..], &d.2[1..]) && {
+                let (stride, dense) = (d.2[0], d.1[1..].iter().product::<usize>() as i64);
+                stride >= dense && (stride as u64 * dt.size() as u64).is_multiple_of(align as u64)
+            };
+            if !rows_ok {
+                let what = match (pool, name) {
+                    (true, _) => "must be contiguous (row-major) apart from its row stride (dim 0), which must \
+                                  be at least one state row and keep every row aligned",
+                    (false, "state") => "must be contiguous (row-major; a state pool view with a larger row \
+                                         stride is accepted with state_indices)",
+                    _ => "must be contiguous (row-major)",
+                };
+                return Err(value(
+                    op,
+                    name,
+                    format!(
+                        "{what}; got shape {:?} with strides {:?}. gdn reads tensors in place and never copies: \
+                         pass {name}.contiguous() (torch) or np.ascontiguousarray({name})",
+                        d.shape(),
+                        d.2
+                    ),
+                ));
+            }
         }
-        // Device kernels use 16-byte vector accesses; host slices need element alignment.
-        let align = if dev == Device::Host { dt.size() } else { 16 };
         if !d.ptr().is_multiple_of(align as u64) {
             return Err(value(
                 op,
@@ -177,6 +226,8 @@ pub struct Checked {
     pub problem: Problem,
     pub inputs: Vec<(&'static str, Desc)>,
     pub device: Device,
+    /// The options the problem was validated with (the host path validates the real index values with them).
+    pub opts: RunOptions,
 }
 
 impl Checked {
@@ -185,13 +236,19 @@ impl Checked {
     }
 }
 
+/// The raw gate inputs, which precomputed gates (`g` or `alpha`, with `beta`) replace.
+const RAW_GATES: [&str; 4] = ["A_log", "a", "dt_bias", "b"];
+
 /// Validates the inputs of `op` and builds the problem. `given` holds the tensor inputs in the
-/// definition's order without `scale` (`None` = absent); q is first and v third for every op.
+/// definition's order without `scale`, then the serving tensors in [`serving::INPUTS`] order (`None` =
+/// absent); q is first and v third for every op. `update_pool`: MTP writes the final states back to the pool;
+/// `sv`: the serving options.
 pub fn check_inputs(
     op: Op,
     given: Vec<Option<Desc>>,
     scale: Option<f32>,
-    serving: bool,
+    update_pool: bool,
+    sv: Serving,
 ) -> Result<Checked, ArgError> {
     let (q, v) = match (given.first(), given.get(2)) {
         (Some(Some(q)), Some(Some(v))) => (q, v),
@@ -204,35 +261,65 @@ pub fn check_inputs(
         .into_iter()
         .filter(|s| s.name != "scale")
         .collect();
-    if given.len() != specs.len() {
+    let n_def = specs.len();
+    if given.len() != n_def + serving::INPUTS.len() {
         return Err(ArgError::Value(format!(
-            "gdn.{}: expected {} tensor arguments, got {}",
+            "gdn.{}: expected {} tensor arguments ({n_def} of the definition, {} serving tensors), got {}",
             op.name(),
-            specs.len(),
+            n_def + serving::INPUTS.len(),
+            serving::INPUTS.len(),
             given.len()
         )));
     }
-    let distinct = specs
+    let given_named = |name: &str| {
+        let i = serving::INPUTS
+            .iter()
+            .position(|n| *n == name)
+            .expect("a serving input");
+        given[n_def + i].is_some()
+    };
+    let precomputed = given_named(names::G) || given_named(names::ALPHA);
+    let pool_given = given_named(names::STATE_INDICES);
+    let ctx = StandIn {
+        update_pool,
+        distinct: specs
+            .iter()
+            .zip(&given)
+            .any(|(s, d)| s.name == "intermediate_states_buffer" && d.is_some()),
+        total_tokens: q_rows,
+        checkpoint_rows: q_rows.checked_div(sv.checkpoint_every).unwrap_or(0),
+    };
+    // (name, optional, accepted dtypes, may be a row-strided pool) of every tensor, in `given` order
+    let roles = specs
         .iter()
-        .zip(&given)
-        .any(|(s, d)| s.name == "intermediate_states_buffer" && d.is_some());
+        .map(|s| {
+            let pool = s.name == def.state_input() && (op == Op::Mtp || pool_given);
+            (s.name, s.optional, allowed(&def, s), pool)
+        })
+        .chain(
+            serving::INPUTS
+                .iter()
+                .map(|&n| (n, true, serving::allowed(n).to_vec(), false)),
+        );
     let mut device: Option<(Device, &str)> = None;
-    let mut inputs = Vec::with_capacity(specs.len());
+    let mut inputs = Vec::with_capacity(n_def);
     let mut stand_ins = TensorMap::new();
-    for (s, d) in specs.iter().zip(given) {
+    let mut checkpoint_rows = None;
+    for ((name, optional, want, pool), d) in roles.zip(given) {
         let Some(d) = d else {
-            if !s.optional {
-                return Err(value(op, s.name, "is required (got None)"));
+            let replaced = precomputed && RAW_GATES.contains(&name);
+            if !(optional || replaced) {
+                return Err(value(op, name, "is required (got None)"));
             }
             continue;
         };
-        let dev = check_tensor(op, s.name, &d, &allowed(&def, s))?;
+        let dev = check_tensor(op, name, &d, &want, pool)?;
         match device {
-            None => device = Some((dev, s.name)),
+            None => device = Some((dev, name)),
             Some((first, from)) if first != dev => {
                 return Err(value(
                     op,
-                    s.name,
+                    name,
                     format!(
                         "is on {} but '{from}' is on {}: all tensors must be on one device",
                         dev.name(),
@@ -242,26 +329,38 @@ pub fn check_inputs(
             }
             _ => {}
         }
-        stand_ins.insert(
-            s.name.to_string(),
-            stand_in(s.name, &d, serving, distinct, q_rows),
-        );
-        inputs.push((s.name, d));
+        if name == names::CHECKPOINTS {
+            checkpoint_rows = d.shape().first().copied();
+        }
+        stand_ins.insert(name.to_string(), stand_in(name, &d, &ctx));
+        inputs.push((name, d));
     }
     let opts = RunOptions {
         scale,
-        mtp_mode: if serving {
+        mtp_mode: if update_pool {
             MtpMode::Serving
         } else {
             MtpMode::Definition
         },
-        ..Default::default()
+        serving: sv,
     };
-    let problem = Problem::from_tensors(&def, &stand_ins, &opts).map_err(|e| gdn_err(op, e))?;
+    let mut problem = Problem::from_tensors(&def, &stand_ins, &opts).map_err(|e| gdn_err(op, e))?;
+    if let Some(rows) = checkpoint_rows.filter(|_| problem.checkpoint_rows > 0) {
+        problem.checkpoint_rows = rows; // the stand-in had at least the rows its stand-in lengths need
+    }
+    let indexed = problem.pool || problem.def.op == Op::Mtp;
+    if sv.pad != PadRule::Negative && !indexed {
+        return Err(value(
+            op,
+            "pad",
+            "a padding rule applies to pool indices: state_indices (decode, prefill) or MTP's initial_state_indices",
+        ));
+    }
     Ok(Checked {
         problem,
         inputs,
         device: device.map(|d| d.0).unwrap_or(Device::Host),
+        opts,
     })
 }
 
@@ -288,41 +387,77 @@ pub fn set_length_hint(c: &mut Checked, hint: Option<usize>) -> Result<(), ArgEr
     Ok(())
 }
 
-/// The dtypes accepted for an input: the definition's, plus bf16 for the state (bf16-state extension).
+/// The dtypes accepted for an input: the definition's, plus bf16 for the state (bf16-state extension) and
+/// int32 for `cu_seqlens`.
 fn allowed(def: &Definition, s: &TensorSpec) -> Vec<DType> {
     if s.name == def.state_input() {
         vec![DType::F32, DType::BF16]
+    } else if s.name == "cu_seqlens" {
+        vec![DType::I64, DType::I32]
     } else {
         vec![s.dtype]
     }
 }
 
-/// A data-less tensor with the descriptor's shape and dtype. `cu_seqlens` and pool indices carry placeholder
-/// values that always pass gdn-core's value checks (their real values are checked separately).
-fn stand_in(name: &str, d: &Desc, serving: bool, distinct: bool, total_tokens: usize) -> Tensor {
-    let shape = d.shape().to_vec();
+/// What the stand-in values depend on.
+struct StandIn {
+    /// MTP writes the pool (padding is valid).
+    update_pool: bool,
+    /// MTP requests write their own intermediate rows (indices must be distinct).
+    distinct: bool,
+    total_tokens: usize,
+    /// Checkpoint rows the stand-in lengths need (`total_tokens / checkpoint_every`).
+    checkpoint_rows: usize,
+}
+
+/// Integer data of `dtype` (I32 or I64).
+fn int_data(dtype: DType, values: impl Iterator<Item = i64>) -> Data {
+    match dtype {
+        DType::I32 => Data::I32(values.map(|x| x as i32).collect()),
+        _ => Data::I64(values.collect()),
+    }
+}
+
+/// A data-less tensor with the descriptor's shape and dtype. The integer tensors carry placeholder values
+/// that always pass gdn-core's value checks (their real values are checked separately, on the host): one
+/// sequence holding every token, pool indices that are all padding, checkpoint rows for that one sequence.
+fn stand_in(name: &str, d: &Desc, c: &StandIn) -> Tensor {
+    let mut shape = d.shape().to_vec();
     let n = d.numel();
-    let data = match (name, d.dtype().expect("checked")) {
+    let dtype = d.dtype().expect("checked");
+    let data = match (name, dtype) {
         ("cu_seqlens", _) => {
             // [0, T, T, ..., T]: starts at 0, non-decreasing, ends at the token count bound from q.
-            let t = total_tokens as i64;
-            Data::I64((0..n).map(|i| if i == 0 { 0 } else { t }).collect())
+            let t = c.total_tokens as i64;
+            int_data(dtype, (0..n).map(|i| if i == 0 { 0 } else { t }))
+        }
+        ("initial_state_indices", _) if shape.len() == 2 => {
+            Data::I32(vec![-1; n]) // spec-decode slots: every request padded
         }
         ("initial_state_indices", _) => {
             // -1 (padding) is always valid in serving mode; otherwise row 0, or rows 0..B where each request
             // writes its own row (intermediate states), which needs B <= pool_size anyway.
-            let idx = |i: i32| match (serving, distinct) {
+            let idx = |i: i32| match (c.update_pool, c.distinct) {
                 (true, _) => -1,
                 (false, true) => i,
                 (false, false) => 0,
             };
             Data::I32((0..n as i32).map(idx).collect())
         }
+        (names::STATE_INDICES, _) => int_data(dtype, (0..n).map(|_| -1)),
+        (names::HAS_INITIAL_STATE | names::NUM_ACCEPTED, _) => Data::I32(vec![1; n]),
+        (names::CHECKPOINT_STARTS, _) => {
+            let m = c.checkpoint_rows as i64;
+            int_data(dtype, (0..n).map(|i| if i == 0 { 0 } else { m }))
+        }
         (_, DType::BF16) => Data::BF16(Vec::new()),
         (_, DType::F32) => Data::F32(Vec::new()),
         (_, DType::I32) => Data::I32(Vec::new()),
         (_, DType::I64) => Data::I64(Vec::new()),
     };
+    if name == names::CHECKPOINTS && !shape.is_empty() {
+        shape[0] = shape[0].max(c.checkpoint_rows);
+    }
     Tensor { shape, data }
 }
 
@@ -335,7 +470,7 @@ pub fn check_dest(
     shape: &[usize],
 ) -> Result<(), ArgError> {
     let op = c.problem.def.op;
-    let dev = check_tensor(op, name, d, &[dtype])?;
+    let dev = check_tensor(op, name, d, &[dtype], false)?;
     if dev != c.device {
         return Err(value(
             op,

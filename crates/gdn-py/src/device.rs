@@ -3,6 +3,10 @@
 //! The chunk64 prefill plan's workspace is allocated by the Python layer through torch (its caching
 //! allocator, on the tensors' device: graph-capturable) between `workspace_bytes` and `run`.
 //!
+//! Serving tensors go to the kernels as they are, like the definition tensors: index tensors and `cu_seqlens`
+//! in int32 or int64 (the kernels read both; the problem records which), a pool view's row stride as
+//! `state_row_stride`. Their values are not read on the host.
+//!
 //! Per CUDA device, on first use: the driver is loaded, the device's primary context (the one torch uses)
 //! is retained, NVRTC is checked and every kernel module is compiled and loaded up front (disk-cached), so
 //! that nothing is compiled inside a CUDA-graph capture. A failure is remembered and re-raised as a
@@ -10,7 +14,9 @@
 
 use crate::args::{gdn_err, ArgError, Checked};
 use crate::desc::Desc;
-use gdn_core::Op;
+use crate::serving::row_stride;
+use gdn_core::serving::names;
+use gdn_core::{DType, Op};
 use gdn_cuda::runtime::context::Gpu;
 use gdn_cuda::{Args, DevicePtrs, KernelSet, PrefillPlan};
 use std::collections::HashMap;
@@ -112,6 +118,8 @@ pub fn run(
     let _restore = RestoreCtx::save();
     d.gpu.bind().map_err(fail)?;
     let ptr = |n: &str| c.get(n).map_or(0, Desc::ptr);
+    // MTP's state is the pool (`initial_state`); decode and prefill name it `state`
+    let state = c.get(p.def.state_input());
     let ptrs = DevicePtrs {
         q: ptr("q"),
         k: ptr("k"),
@@ -120,24 +128,35 @@ pub fn run(
         b: ptr("b"),
         a_log: ptr("A_log"),
         dt_bias: ptr("dt_bias"),
-        // MTP's state is the pool (`initial_state`); decode and prefill name it `state`
-        state: ptr(if op == Op::Mtp {
-            "initial_state"
-        } else {
-            "state"
-        }),
+        state: state.map_or(0, Desc::ptr),
         new_state: state_out.map_or(0, Desc::ptr),
         intermediate: ptr("intermediate_states_buffer"),
         out: output.ptr(),
+        // MTP pool rows: [B] per request, or [B, T] spec-decode slots
         state_indices: ptr("initial_state_indices"),
+        // int64 or int32, passed as they are (the kernels read both; `Problem::cu_dtype` says which)
         cu_seqlens: ptr("cu_seqlens"),
         workspace: workspace.map_or(0, Desc::ptr),
         workspace_bytes: workspace.map_or(0, Desc::numel),
+        gate: ptr(names::G) | ptr(names::ALPHA), // at most one is given (validated)
+        beta: ptr(names::BETA),
+        // decode / prefill pool rows, int32 or int64 (`Problem::index_dtype`)
+        pool_indices: ptr(names::STATE_INDICES),
+        has_initial: ptr(names::HAS_INITIAL_STATE),
+        num_accepted: ptr(names::NUM_ACCEPTED),
+        checkpoints: ptr(names::CHECKPOINTS),
+        checkpoint_starts: ptr(names::CHECKPOINT_STARTS),
+        checkpoint_starts_i32: c
+            .get(names::CHECKPOINT_STARTS)
+            .is_some_and(|d| d.dtype() == Some(DType::I32)),
+        // a pool view's row stride (elements), 0 when dense; the state output of a pool call is the pool
+        state_row_stride: state.map_or(0, row_stride),
     };
     let cu_stream = stream as usize as cudarc::driver::sys::CUstream;
     // SAFETY: every pointer comes from a validated descriptor: a live CUDA tensor of device `dev` with the
-    // dtype and exact shape the kernels expect (contiguous, 16-byte aligned), kept alive by the Python
-    // caller until the call returns and by the caller's stream order afterwards (as for any torch op).
+    // dtype and exact shape the kernels expect (contiguous, or a pool whose row stride is passed; 16-byte
+    // aligned), kept alive by the Python caller until the call returns and by the caller's stream order
+    // afterwards (as for any torch op). Index values are the caller's contract (see gdn/__init__.py).
     let r = unsafe {
         match (Args::for_problem(p, &ptrs), plan) {
             (Args::Prefill(args), Some(plan)) => {

@@ -1,17 +1,29 @@
-//! Host path: CPU tensors (NumPy arrays, torch CPU tensors) run gdn-core's `CpuBackend`.
+//! Host path: CPU tensors (NumPy arrays, torch CPU tensors) run gdn-core's multithreaded `CpuBackend`, which
+//! implements the definitions and every serving mode.
 //!
-//! Inputs are read in place through the validated descriptors (no copy); the backend writes its own output
-//! buffers, which are then copied into the caller's destinations. Because every input view is dropped before
-//! the first destination is written, a destination may alias an input (`new_state=state`, serving-mode pool).
+//! First the values the shape-only validation could not see are checked: the problem is built again by
+//! `Problem::from_tensors` with the real values of the integer tensors (`cu_seqlens`, pool indices,
+//! `has_initial_state`, accepted counts, checkpoint row starts), which also gives the true checkpoint rows and
+//! sequence lengths.
+//!
+//! Inputs are read in place through the validated descriptors; a row-strided pool view is gathered into a
+//! dense copy. The backend writes its own buffers, which are then copied into the caller's destinations (a
+//! strided pool row by row). Because every input view is dropped before the first destination is written, a
+//! destination may alias an input (`new_state=state`, the pool of a pool call).
 
 use crate::args::{gdn_err, ArgError, Checked};
 use crate::desc::Desc;
+use crate::serving::row_stride;
 use gdn_core::cpu::CpuBackend;
-use gdn_core::{Backend, Inputs, Op, Outputs, StateBuf, StateRef};
+use gdn_core::serving::names;
+use gdn_core::{
+    Backend, BetaRef, DType, Data, Inputs, Op, Outputs, Problem, StateBuf, StateRef, Tensor,
+    TensorMap,
+};
 use half::bf16;
 use std::borrow::Cow;
 
-/// A host slice over a validated descriptor (dtype, contiguity and alignment were checked).
+/// A host slice over a validated, contiguous descriptor (dtype, contiguity and alignment were checked).
 ///
 /// # Safety
 /// `d` must describe a live, contiguous host array of `T` that nobody writes while the slice is alive.
@@ -23,40 +35,122 @@ unsafe fn view<'a, T>(d: &Desc) -> &'a [T] {
     }
 }
 
-/// Copies `src` into the host array described by `dst` (same element count, checked by the caller).
+/// The elements of a state tensor in dense row order: borrowed when dense, gathered when its rows are strided.
 ///
 /// # Safety
-/// `dst` must describe a live, writable, contiguous host array of `T` with `src.len()` elements.
-unsafe fn store<T: Copy>(dst: &Desc, src: &[T]) {
-    assert_eq!(dst.numel(), src.len(), "gdn: destination size mismatch");
-    if !src.is_empty() {
-        std::ptr::copy_nonoverlapping(src.as_ptr(), dst.ptr() as *mut T, src.len());
+/// As [`view`], for a tensor that may have a row stride (`row_stride`) and dense rows.
+unsafe fn rows<'a, T: Copy>(d: &Desc) -> Cow<'a, [T]> {
+    let stride = row_stride(d);
+    if stride == 0 {
+        return Cow::Borrowed(view(d));
+    }
+    let row: usize = d.shape()[1..].iter().product();
+    let base = d.ptr() as *const T;
+    let mut dense = Vec::with_capacity(d.numel());
+    for r in 0..d.shape()[0] {
+        dense.extend_from_slice(std::slice::from_raw_parts(base.add(r * stride), row));
+    }
+    Cow::Owned(dense)
+}
+
+/// Values of an int32 or int64 tensor, as i64.
+///
+/// # Safety
+/// As [`view`].
+unsafe fn ints<'a>(d: &Desc) -> Cow<'a, [i64]> {
+    match d.dtype() {
+        Some(DType::I64) => Cow::Borrowed(view(d)),
+        _ => Cow::Owned(view::<i32>(d).iter().map(|&x| x as i64).collect()),
     }
 }
 
-/// Runs a validated host problem, writing `output`, the state output (when given) and, for MTP, the
-/// intermediate-state buffer in place. Checks the values of `cu_seqlens` and pool indices first.
-pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), ArgError> {
-    let p = &c.problem;
-    let op = p.def.op;
-    // SAFETY: every descriptor was validated (dtype, host, contiguous, aligned, shape) and the Python caller
-    // keeps the arrays alive for the whole call; the views are dropped before any destination is written.
-    let out = unsafe {
-        let bfv = |n: &str| view::<bf16>(c.get(n).expect("validated"));
-        let fv = |n: &str| view::<f32>(c.get(n).expect("validated"));
-        let state = c.get(p.def.state_input()).map(|d| match d.dtype() {
-            Some(gdn_core::DType::BF16) => StateRef::BF16(view(d)),
-            _ => StateRef::F32(view(d)),
-        });
-        let cu: Cow<[i64]> = match op {
-            Op::Prefill => Cow::Borrowed(view(c.get("cu_seqlens").expect("validated"))),
-            _ => Cow::Owned(
-                (0..=p.dims.num_seqs)
-                    .map(|i| (i * p.dims.seq_len) as i64)
-                    .collect(),
-            ),
+/// Copies `src` into the host array described by `dst` (same element count, checked by the caller; rows at
+/// the row stride when `dst` is a strided pool view).
+///
+/// # Safety
+/// `dst` must describe a live, writable host array of `T` with `src.len()` elements and dense rows.
+unsafe fn store<T: Copy>(dst: &Desc, src: &[T]) {
+    assert_eq!(dst.numel(), src.len(), "gdn: destination size mismatch");
+    if src.is_empty() {
+        return;
+    }
+    let base = dst.ptr() as *mut T;
+    match row_stride(dst) {
+        0 => std::ptr::copy_nonoverlapping(src.as_ptr(), base, src.len()),
+        stride => {
+            let row: usize = dst.shape()[1..].iter().product();
+            for (r, chunk) in src.chunks_exact(row).enumerate() {
+                std::ptr::copy_nonoverlapping(chunk.as_ptr(), base.add(r * stride), row);
+            }
+        }
+    }
+}
+
+/// Typed state-like storage (state, pool, checkpoints), borrowed or gathered.
+enum Rows<'a> {
+    F32(Cow<'a, [f32]>),
+    BF16(Cow<'a, [bf16]>),
+}
+
+impl Rows<'_> {
+    /// # Safety
+    /// As [`rows`].
+    unsafe fn of(d: &Desc) -> Rows<'_> {
+        match d.dtype() {
+            Some(DType::BF16) => Rows::BF16(rows(d)),
+            _ => Rows::F32(rows(d)),
+        }
+    }
+
+    fn as_ref(&self) -> StateRef<'_> {
+        match self {
+            Rows::F32(v) => StateRef::F32(v),
+            Rows::BF16(v) => StateRef::BF16(v),
+        }
+    }
+}
+
+/// The problem validated again with the real values of the integer tensors (the memoised validation saw
+/// placeholders); the floating-point tensors are shape-only stand-ins, as in the first validation.
+fn with_values(c: &Checked) -> Result<Problem, ArgError> {
+    let mut tensors = TensorMap::new();
+    for (name, d) in &c.inputs {
+        // SAFETY: validated host descriptors of these dtypes, alive for the call.
+        let data = unsafe {
+            match d.dtype() {
+                Some(DType::I32) => Data::I32(view::<i32>(d).to_vec()),
+                Some(DType::I64) => Data::I64(view::<i64>(d).to_vec()),
+                Some(DType::BF16) => Data::BF16(Vec::new()),
+                _ => Data::F32(Vec::new()),
+            }
         };
-        let indices = c.get("initial_state_indices").map(|d| view::<i32>(d));
+        let shape = d.shape().to_vec();
+        tensors.insert((*name).to_string(), Tensor { shape, data });
+    }
+    let op = c.problem.def.op;
+    Problem::from_tensors(&c.problem.def, &tensors, &c.opts).map_err(|e| gdn_err(op, e))
+}
+
+/// Runs a validated host problem, writing `output`, the state output (when given) and the buffers the call
+/// fills in place (MTP's intermediate states, prefill checkpoints). Checks the integer tensors' values first.
+pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), ArgError> {
+    let p = with_values(c)?;
+    let op = p.def.op;
+    // SAFETY: every descriptor was validated (dtype, host, contiguous or a row-strided pool, aligned, shape)
+    // and the Python caller keeps the arrays alive for the whole call; the views are dropped before any
+    // destination is written.
+    let out = unsafe {
+        let bfv = |n: &str| c.get(n).map_or(&[][..], |d| view::<bf16>(d));
+        let fv = |n: &str| c.get(n).map_or(&[][..], |d| view::<f32>(d));
+        let state = c.get(p.def.state_input()).map(|d| Rows::of(d));
+        let checkpoints = c.get(names::CHECKPOINTS).map(|d| Rows::of(d));
+        let pool_indices = if p.pool {
+            c.get(names::STATE_INDICES).map(|d| ints(d))
+        } else if p.spec_slots {
+            c.get("initial_state_indices").map(|d| ints(d))
+        } else {
+            None
+        };
         let x = Inputs {
             q: bfv("q"),
             k: bfv("k"),
@@ -65,22 +159,54 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
             b: bfv("b"),
             a_log: fv("A_log"),
             dt_bias: fv("dt_bias"),
-            state,
-            cu_seqlens: cu,
-            state_indices: indices,
+            state: state.as_ref().map(Rows::as_ref),
+            cu_seqlens: match op {
+                Op::Prefill => ints(c.get("cu_seqlens").expect("validated")),
+                _ => Cow::Owned(
+                    (0..=p.dims.num_seqs)
+                        .map(|i| (i * p.dims.seq_len) as i64)
+                        .collect(),
+                ),
+            },
+            state_indices: c.get("initial_state_indices").map(|d| view::<i32>(d)),
             intermediate: c.get("intermediate_states_buffer").map(|d| view::<f32>(d)),
-            ..Default::default()
+            gate: c
+                .get(names::G)
+                .or_else(|| c.get(names::ALPHA))
+                .map(|d| view::<f32>(d)),
+            beta: c.get(names::BETA).map(|d| match d.dtype() {
+                Some(DType::BF16) => BetaRef::BF16(view(d)),
+                _ => BetaRef::F32(view(d)),
+            }),
+            pool_indices,
+            has_initial_state: c
+                .get(names::HAS_INITIAL_STATE)
+                .map(|d| view::<i32>(d).iter().map(|&f| f != 0).collect()),
+            num_accepted: c.get(names::NUM_ACCEPTED).map(|d| view::<i32>(d)),
+            checkpoint_starts: c.get(names::CHECKPOINT_STARTS).map(|d| ints(d)),
+            checkpoints: checkpoints.as_ref().map(Rows::as_ref),
         };
-        let cu_check = (op == Op::Prefill).then(|| &x.cu_seqlens[..]);
-        p.check_values(cu_check, x.state_indices)
-            .map_err(|e| gdn_err(op, e))?;
-        let mut out = Outputs::poisoned(p, &x);
+        // The backend writes every element of output and state; the intermediate and checkpoint buffers start
+        // as the caller's, so that rows the call does not write keep their values.
+        let n_state: usize = p.state_shape().iter().product();
+        let mut out = Outputs {
+            output: vec![bf16::ZERO; p.output_shape().iter().product()],
+            state: match p.state_out_dtype() {
+                DType::BF16 => StateBuf::BF16(vec![bf16::ZERO; n_state]),
+                _ => StateBuf::F32(vec![0.0; n_state]),
+            },
+            intermediate: x.intermediate.map(<[f32]>::to_vec),
+            checkpoints: x.checkpoints.map(|c| match c {
+                StateRef::F32(v) => StateBuf::F32(v.to_vec()),
+                StateRef::BF16(v) => StateBuf::BF16(v.to_vec()),
+            }),
+        };
         CpuBackend
-            .run(p, &x, &mut out)
+            .run(&p, &x, &mut out)
             .map_err(|e| gdn_err(op, e))?;
         out
     };
-    // SAFETY: destinations were validated (host, contiguous, dtype and exact shape) by the caller.
+    // SAFETY: destinations were validated (host, dtype and exact shape; contiguous, or the pool itself).
     unsafe {
         store(output, &out.output);
         if let Some(d) = state_out {
@@ -91,6 +217,12 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
         }
         if let (Some(buf), Some(d)) = (&out.intermediate, c.get("intermediate_states_buffer")) {
             store(d, buf);
+        }
+        if let (Some(buf), Some(d)) = (&out.checkpoints, c.get(names::CHECKPOINTS)) {
+            match buf {
+                StateBuf::F32(s) => store(d, s),
+                StateBuf::BF16(s) => store(d, s),
+            }
         }
     }
     Ok(())

@@ -1,11 +1,14 @@
 //! `gdn._gdn`: the Rust half of the Python module `gdn` (python/gdn/__init__.py is the public API).
 //!
 //! A call is one step when the caller passed every destination and it needs no workspace (decode, MTP, and
-//! prefill on its one-launch plans): `call(op, inputs, names, scale, serving, max_seq_len, output, state_out)`
-//! validates, launches on torch's current stream (or runs on the host) and returns None. Otherwise it is two
-//! steps, so that Python can allocate between them: `call` (or `plan`) returns a [`Plan`] that knows the output
-//! shapes and the device workspace the call needs (`workspace_bytes`: non-zero only for the multi-kernel
-//! prefill plans: chunk64, cp, the device plan), and `Plan.run(output, state_out, stream, workspace)` validates the destinations and runs.
+//! prefill on its one-launch plans): `call(op, inputs, names, scale, serving, max_seq_len, output, state_out,
+//! extra, options)` validates, launches on torch's current stream (or runs on the host) and returns None.
+//! Otherwise it is two steps, so that Python can allocate between them: `call` (or `plan`) returns a [`Plan`]
+//! that knows the output shapes and the device workspace the call needs (`workspace_bytes`: non-zero only for
+//! the multi-kernel prefill plans: chunk64, cp, the device plan), and `Plan.run(output, state_out, stream,
+//! workspace)` validates the destinations and runs.
+//! `serving` (a bool) is MTP's `update_pool`; `extra` carries the serving tensors ([`serving::INPUTS`], None
+//! when the call uses none) and `options` the serving options ([`serving::options`]).
 //! No allocation and no sync here in either form. Tensors are described by [`objects`]: torch CUDA tensors
 //! directly, everything else through the Python layer.
 
@@ -15,6 +18,7 @@ mod device;
 mod host;
 mod memo;
 mod objects;
+mod serving;
 
 use args::{check_dest, ArgError, Checked, Device};
 use desc::Desc;
@@ -104,8 +108,8 @@ impl Plan {
     }
 
     /// Checks the destinations and runs. `output`, `state_out`, `workspace`: tensors, arrays or descriptor
-    /// tuples. `state_out` is None only for MTP in definition mode (pool not updated); in serving mode it is
-    /// the pool itself. `stream`: the CUDA stream handle, None for torch's current stream (ignored on the
+    /// tuples. `state_out` is None only for MTP in definition mode (pool not updated); a call that updates a
+    /// pool in place (MTP serving mode, decode / prefill with `state_indices`) takes the pool itself. `stream`: the CUDA stream handle, None for torch's current stream (ignored on the
     /// host). `workspace`: a uint8 tensor of at least `workspace_bytes` bytes on the inputs' CUDA device, or
     /// None when that is 0 (the launch checks its size and 256-byte alignment).
     #[pyo3(signature = (output, state_out, stream=None, workspace=None))]
@@ -152,7 +156,8 @@ impl Plan {
 }
 
 /// Describes and checks a call's destinations: `output` and the state output (`state_out` None only for MTP
-/// in definition mode).
+/// in definition mode). A call that updates a pool in place (`state_indices`, MTP's `update_pool` or spec-decode
+/// slots) takes the pool itself as its state output, strided rows included.
 fn destinations(
     py: Python<'_>,
     c: &Checked,
@@ -169,14 +174,36 @@ fn destinations(
         gdn_core::DType::BF16,
         &p.output_shape(),
     )?;
-    let state_name = p.def.state_output();
+    let in_place = p.pool || (op == Op::Mtp && p.mtp_mode == gdn_core::MtpMode::Serving);
+    let state_name = if p.pool {
+        "new_state"
+    } else {
+        p.def.state_output()
+    };
     let state_out = match (state_out, op) {
+        (Some(d), _) if in_place => {
+            let d = objects::describe(py, d, || Ok(state_name.into()), op.name(), true)?;
+            let pool = c.get(p.def.state_input());
+            let same = pool.is_some_and(|s| {
+                s.0 == d.0 && s.1 == d.1 && s.2 == d.2 && s.3 == d.3 && s.4 == d.4
+            });
+            if !same {
+                return Err(ArgError::Value(format!(
+                    "gdn.{}: argument '{state_name}': the pool is updated in place; pass the pool itself \
+                     ('{}') or None",
+                    op.name(),
+                    p.def.state_input()
+                ))
+                .into());
+            }
+            Some(d)
+        }
         (Some(d), _) => {
             let d = objects::describe(py, d, || Ok(state_name.into()), op.name(), true)?;
             check_dest(c, state_name, &d, p.state_out_dtype(), &p.state_shape())?;
             Some(d)
         }
-        (None, Op::Mtp) => None,
+        (None, Op::Mtp) if !in_place => None,
         (None, _) => {
             return Err(ArgError::Value(format!("gdn: '{state_name}' destination missing")).into())
         }
@@ -237,18 +264,24 @@ fn device_index(d: Device) -> i32 {
 
 /// Describes and validates the inputs of one call. `inputs`: tensors, arrays or descriptor tuples (or None)
 /// in the definition's input order without `scale`, named by `names`; `scale`: None or 0 = 1/sqrt(head_size);
-/// `serving`: MTP writes the final state back to the pool; `max_seq_len` (prefill): the caller's host-side
-/// length of the longest sequence (plan choice only), checked against the token count.
+/// `update_pool`: MTP writes the final state back to the pool; `max_seq_len` (prefill): the caller's host-side
+/// length of the longest sequence (plan choice only), checked against the token count; `extra`: None, or the
+/// serving tensors in [`serving::INPUTS`] order (each None when absent); `options`: None, or the serving
+/// options tuple.
+#[allow(clippy::too_many_arguments)]
 fn validate(
     py: Python<'_>,
     op: Op,
     inputs: &Bound<'_, PyAny>,
     names: Option<&Bound<'_, PyAny>>,
     scale: Option<f32>,
-    serving: bool,
+    update_pool: bool,
     max_seq_len: Option<usize>,
+    extra: Option<&Bound<'_, PyAny>>,
+    options: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Checked> {
-    let mut descs = Vec::with_capacity(10);
+    let sv = serving::options(op, options)?;
+    let mut descs = Vec::with_capacity(10 + serving::INPUTS.len());
     for (i, x) in inputs.try_iter()?.enumerate() {
         let x = x?;
         if x.is_none() {
@@ -261,14 +294,48 @@ fn validate(
         };
         descs.push(Some(objects::describe(py, &x, name, op.name(), false)?));
     }
-    let mut c = memo::checked(op, descs, scale, serving)?;
+    match extra.filter(|e| !e.is_none()) {
+        None => descs.extend(std::iter::repeat_n(None, serving::INPUTS.len())),
+        Some(e) => {
+            let mut n = 0;
+            for (i, x) in e.try_iter()?.enumerate() {
+                let x = x?;
+                n += 1;
+                let Some(&name) = serving::INPUTS.get(i) else {
+                    break;
+                };
+                if x.is_none() {
+                    descs.push(None);
+                } else {
+                    descs.push(Some(objects::describe(
+                        py,
+                        &x,
+                        || Ok(name.into()),
+                        op.name(),
+                        false,
+                    )?));
+                }
+            }
+            if n != serving::INPUTS.len() {
+                return Err(ArgError::Value(format!(
+                    "gdn.{}: expected {} serving tensors ({}), got {n}",
+                    op.name(),
+                    serving::INPUTS.len(),
+                    serving::INPUTS.join(", ")
+                ))
+                .into());
+            }
+        }
+    }
+    let mut c = memo::checked(op, descs, scale, update_pool, sv)?;
     args::set_length_hint(&mut c, max_seq_len)?;
     Ok(c)
 }
 
 /// Validates the inputs of one call and returns its [`Plan`] (see [`validate`] for the arguments).
 #[pyfunction]
-#[pyo3(signature = (op, inputs, scale=None, serving=false, max_seq_len=None, names=None))]
+#[pyo3(signature = (op, inputs, scale=None, serving=false, max_seq_len=None, names=None, extra=None, options=None))]
+#[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
     op: &str,
@@ -277,18 +344,30 @@ fn plan(
     serving: bool,
     max_seq_len: Option<usize>,
     names: Option<&Bound<'_, PyAny>>,
+    extra: Option<&Bound<'_, PyAny>>,
+    options: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Plan> {
     let op = parse_op(op)?;
-    let c = validate(py, op, inputs, names, scale, serving, max_seq_len)?;
+    let c = validate(
+        py,
+        op,
+        inputs,
+        names,
+        scale,
+        serving,
+        max_seq_len,
+        extra,
+        options,
+    )?;
     Ok(Plan::new(c, None))
 }
 
 /// One call: validates the inputs and, when every destination is given (`state_out` None is complete only
 /// for MTP in definition mode) and no device workspace is needed, runs it at once (on torch's current stream
 /// for CUDA tensors) and returns None. Otherwise returns the [`Plan`], for the Python layer to allocate what
-/// is missing and call `Plan.run`.
+/// is missing and call `Plan.run`. `extra`, `options`: the serving tensors and options (see [`validate`]).
 #[pyfunction]
-#[pyo3(signature = (op, inputs, names, scale, serving, max_seq_len, output, state_out))]
+#[pyo3(signature = (op, inputs, names, scale, serving, max_seq_len, output, state_out, extra=None, options=None))]
 #[allow(clippy::too_many_arguments)]
 fn call(
     py: Python<'_>,
@@ -300,10 +379,24 @@ fn call(
     max_seq_len: Option<usize>,
     output: Option<&Bound<'_, PyAny>>,
     state_out: Option<&Bound<'_, PyAny>>,
+    extra: Option<&Bound<'_, PyAny>>,
+    options: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<Plan>> {
     let op = parse_op(op)?;
-    let c = validate(py, op, inputs, Some(names), scale, serving, max_seq_len)?;
-    let complete = state_out.is_some() || (op == Op::Mtp && !serving);
+    let c = validate(
+        py,
+        op,
+        inputs,
+        Some(names),
+        scale,
+        serving,
+        max_seq_len,
+        extra,
+        options,
+    )?;
+    let p = &c.problem;
+    let in_place = p.pool || p.mtp_mode == gdn_core::MtpMode::Serving;
+    let complete = state_out.is_some() || (op == Op::Mtp && !in_place);
     let Some(output) = output.filter(|_| complete) else {
         return Ok(Some(Plan::new(c, None)));
     };

@@ -2,15 +2,16 @@
 //!
 //! A serving engine calls the same operation with the same shapes again and again (one decode per layer per
 //! step), and [`check_inputs`] costs ~2–3 µs of host time per call, a fifth of the binding's whole overhead
-//! (measured on an H200 host). Its result depends only on the operation, `scale`, `serving` and, per input, its
-//! presence, shape, element strides, dtype, device and the address's residue modulo 16 (alignment: 16 bytes
+//! (measured on an H200 host). Its result depends only on the operation, `scale`, `update_pool`, the serving
+//! options and, per input (serving tensors included), its presence, shape, element strides, dtype, device and
+//! the address's residue modulo 16 (alignment: 16 bytes
 //! on a device, the element size on the host, both divisors of 16). Those are compared exactly; on a match the
 //! validated problem is reused with the new descriptors (so the new addresses). A call that fails validation
 //! is never remembered, and a mismatch in any field validates from scratch.
 
 use crate::args::{check_inputs, ArgError, Checked, Device};
 use crate::desc::Desc;
-use gdn_core::{Op, Problem};
+use gdn_core::{Op, Problem, RunOptions, Serving};
 use std::cell::RefCell;
 
 /// What `check_inputs` read of one descriptor: everything but the address, of which only its alignment class.
@@ -46,16 +47,25 @@ impl Meta {
 /// One remembered validation.
 struct Memo {
     scale: Option<u32>,
-    serving: bool,
+    update_pool: bool,
+    sv: Serving,
     given: Vec<Option<Meta>>,
     names: Vec<&'static str>,
     problem: Problem,
     device: Device,
+    opts: RunOptions,
 }
 
 impl Memo {
-    fn matches(&self, given: &[Option<Desc>], scale: Option<f32>, serving: bool) -> bool {
-        self.serving == serving
+    fn matches(
+        &self,
+        given: &[Option<Desc>],
+        scale: Option<f32>,
+        update_pool: bool,
+        sv: Serving,
+    ) -> bool {
+        self.update_pool == update_pool
+            && self.sv == sv
             && self.scale == scale.map(f32::to_bits)
             && self.given.len() == given.len()
             && self.given.iter().zip(given).all(|(m, d)| match (m, d) {
@@ -84,32 +94,36 @@ pub fn checked(
     op: Op,
     given: Vec<Option<Desc>>,
     scale: Option<f32>,
-    serving: bool,
+    update_pool: bool,
+    sv: Serving,
 ) -> Result<Checked, ArgError> {
     let hit = MEMO.with_borrow(|memo| {
         memo[slot(op)]
             .as_ref()
-            .filter(|m| m.matches(&given, scale, serving))
-            .map(|m| (m.problem.clone(), m.names.clone(), m.device))
+            .filter(|m| m.matches(&given, scale, update_pool, sv))
+            .map(|m| (m.problem.clone(), m.names.clone(), m.device, m.opts))
     });
-    if let Some((problem, names, device)) = hit {
+    if let Some((problem, names, device, opts)) = hit {
         let inputs = names.into_iter().zip(given.into_iter().flatten()).collect();
         return Ok(Checked {
             problem,
             inputs,
             device,
+            opts,
         });
     }
     let meta = given.iter().map(|d| d.as_ref().map(Meta::of)).collect();
-    let c = check_inputs(op, given, scale, serving)?;
+    let c = check_inputs(op, given, scale, update_pool, sv)?;
     MEMO.with_borrow_mut(|memo| {
         memo[slot(op)] = Some(Memo {
             scale: scale.map(f32::to_bits),
-            serving,
+            update_pool,
+            sv,
             given: meta,
             names: c.inputs.iter().map(|(n, _)| *n).collect(),
             problem: c.problem.clone(),
             device: c.device,
+            opts: c.opts,
         })
     });
     Ok(c)
@@ -136,15 +150,29 @@ mod tests {
             desc(&[b, 1, 8], "bfloat16", at(5), 0),
             desc(&[8], "float32", at(6), 0),
             desc(&[b, 1, 8], "bfloat16", at(7), 0),
+            // the serving tensors: g, alpha, beta, state_indices, has_initial_state, num_accepted_tokens,
+            // checkpoint_cu_starts, checkpoints
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
         ]
+    }
+
+    fn sv() -> Serving {
+        Serving::default()
     }
 
     #[test]
     fn a_hit_carries_the_new_addresses() {
-        let a = checked(Op::Decode, decode(2, 1 << 20), None, false)
+        let a = checked(Op::Decode, decode(2, 1 << 20), None, false, sv())
             .ok()
             .unwrap();
-        let b = checked(Op::Decode, decode(2, 1 << 30), None, false)
+        let b = checked(Op::Decode, decode(2, 1 << 30), None, false, sv())
             .ok()
             .unwrap();
         assert_eq!(a.problem, b.problem);
@@ -155,7 +183,7 @@ mod tests {
 
     #[test]
     fn any_changed_field_validates_again() {
-        let ok = |g| checked(Op::Decode, g, None, false).is_ok();
+        let ok = |g| checked(Op::Decode, g, None, false, sv()).is_ok();
         assert!(ok(decode(3, 1 << 20)));
         // misaligned by 8 bytes: same shapes, refused
         let mut g = decode(3, 1 << 20);
@@ -177,20 +205,48 @@ mod tests {
         // the state left out (optional): valid, and a different problem
         let mut g = decode(3, 1 << 20);
         g[3] = None;
-        let c = checked(Op::Decode, g, None, false).ok().unwrap();
+        let c = checked(Op::Decode, g, None, false, sv()).ok().unwrap();
         assert_eq!(c.problem.state_dtype, None);
         // and a batch mismatch between q and v
         let mut g = decode(3, 1 << 20);
         g[2] = desc(&[4, 1, 8, 128], "bfloat16", 1 << 20, 0);
         assert!(!ok(g));
         // scale and serving are part of the key
-        let s = checked(Op::Decode, decode(3, 1 << 20), Some(0.5), false)
+        let s = checked(Op::Decode, decode(3, 1 << 20), Some(0.5), false, sv())
             .ok()
             .unwrap();
         assert_eq!(s.problem.scale, 0.5);
-        let d = checked(Op::Decode, decode(3, 1 << 20), None, false)
+        let d = checked(Op::Decode, decode(3, 1 << 20), None, false, sv())
             .ok()
             .unwrap();
         assert!((d.problem.scale - 128f32.sqrt().recip()).abs() < 1e-7);
+        // so are the serving options
+        let norm = Serving {
+            qk_l2norm: true,
+            ..sv()
+        };
+        let n = checked(Op::Decode, decode(3, 1 << 20), None, false, norm)
+            .ok()
+            .unwrap();
+        assert!(n.problem.serving.qk_l2norm && n.opts.serving.qk_l2norm);
+        let d = checked(Op::Decode, decode(3, 1 << 20), None, false, sv())
+            .ok()
+            .unwrap();
+        assert!(!d.problem.serving.qk_l2norm);
+    }
+
+    #[test]
+    fn a_strided_pool_is_accepted_only_with_indices() {
+        let mut g = decode(3, 1 << 20);
+        g[3].as_mut().unwrap().2[0] *= 2; // rows two states apart: a per-layer view of [slots, 2, HV, D, D]
+        assert!(checked(Op::Decode, g.clone(), None, false, sv()).is_err());
+        g[3].as_mut().unwrap().1[0] = 5; // a pool of 5 slots
+        g[8 + 3] = desc(&[3], "int32", 1 << 29, 0);
+        let c = checked(Op::Decode, g, None, false, sv()).ok().unwrap();
+        assert!(c.problem.pool);
+        assert_eq!(
+            crate::serving::row_stride(c.get("state").unwrap()),
+            2 * 8 * 128 * 128
+        );
     }
 }

@@ -403,7 +403,7 @@ def prefill_call(**over):
 
 
 def test_prefill_errors():
-    err(TypeError, "cu_seqlens", prefill_call, cu_seqlens=np.array([0, 3, 3, 7], np.int32))
+    err(TypeError, "cu_seqlens", prefill_call, cu_seqlens=np.array([0, 3, 3, 7], np.int16))  # int64 or int32
     err(ValueError, "cu_seqlens", prefill_call, cu_seqlens=np.array([1, 3, 3, 7], np.int64))
     err(ValueError, "cu_seqlens", prefill_call, cu_seqlens=np.array([0, 3, 2, 7], np.int64))
     err(ValueError, "cu_seqlens", prefill_call, cu_seqlens=np.array([0, 3, 3, 6], np.int64))

@@ -4,7 +4,11 @@ device machine by scripts/device_python.sh).
 Compares gdn's CUDA kernels, called on torch CUDA tensors, with a reference equivalent to the definitions'
 PyTorch `run` code (embedded here: the definitions are not on the device machine), and checks CUDA-graph
 capture and replay, a non-default stream, in-place state, odd batch sizes, MTP, zero-length prefill
-sequences and the three prefill plans (fused; chunk64 and cp with their torch-allocated workspaces).
+sequences and the three prefill plans (fused; chunk64 and cp with their torch-allocated workspaces); then the
+serving modes (precomputed gates, in-kernel q/k norm, k-first states, pools with padding rules and strided
+per-layer views, int32 offsets, has_initial_state, spec-decode slots, checkpoints, a pool call in a CUDA graph,
+the pool custom ops under torch.compile) against a float64 reference of the serving contract. These document
+the target: a mode the kernels do not run yet fails with NotImplementedError naming it.
 """
 import math
 
@@ -429,7 +433,7 @@ def test_errors_on_cuda():
     with pytest.raises(ValueError, match="'k'"):
         gdn.decode(*y)
     y = prefill_inputs([3, 4], 4, 8)
-    y[8] = y[8].int()
+    y[8] = y[8].float()
     with pytest.raises(TypeError, match="'cu_seqlens'"):
         gdn.prefill(*y)
     y = list(x)
@@ -470,3 +474,280 @@ def test_torch_custom_ops_and_compile():
     ro, _, ri = ref_mtp(*y, None, inter)
     close(o, ro, "torch.ops.gdn.mtp output", OUT_L2)
     close(inter, ri, "torch.ops.gdn.mtp intermediate", F32_L2)
+
+
+# ------------------------------------------------------------------ serving modes (crates/gdn-core/src/serving.rs)
+# Each mode on CUDA tensors against a float64 reference of the serving contract; pool rows no sequence writes
+# and checkpoint rows no sequence owns are guards that must keep their exact values.
+def raw_gates(A_log, a, dt_bias, b):
+    """(log g, beta) in float64 from the raw inputs."""
+    return -torch.exp(A_log.double()) * F.softplus(a.double() + dt_bias.double()), torch.sigmoid(b.double())
+
+
+def l2norm_bf16(x):
+    """The in-kernel q/k norm, rounded to bf16 through fp32 as the kernels do."""
+    x = x.double()
+    return (x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)).float().bfloat16().double()
+
+
+@torch.no_grad()
+def sref(q, k, v, S, logg, beta, norm=False, scale=1.0 / math.sqrt(D)):
+    """One sequence: q,k [T,H,D], v [T,HV,D], logg/beta [T,HV] float64, S [HV,V,K] float64 k-last.
+    Returns (out [T,HV,D], final state, state after each token [T,HV,V,K])."""
+    q, k = (l2norm_bf16(q), l2norm_bf16(k)) if norm else (q.double(), k.double())
+    H, HV = q.shape[1], v.shape[1]
+    out = torch.zeros(v.shape, dtype=torch.float64, device=dev)
+    states = torch.zeros((q.shape[0],) + tuple(S.shape), dtype=torch.float64, device=dev)
+    for t in range(q.shape[0]):
+        qq, kk = q[t].repeat_interleave(HV // H, 0), k[t].repeat_interleave(HV // H, 0)
+        S = torch.exp(logg[t])[:, None, None] * S
+        delta = beta[t][:, None] * (v[t].double() - torch.einsum("hvk,hk->hv", S, kk))
+        S = S + delta[:, :, None] * kk[:, None, :]
+        out[t] = scale * torch.einsum("hvk,hk->hv", S, qq)
+        states[t] = S
+    return out, S, states
+
+
+def kf(x):
+    """k-last [.., V, K] <-> k-first [.., K, V], dense."""
+    return x.transpose(-1, -2).contiguous()
+
+
+NORM_L2 = 1e-3  # one bf16 ulp of a normalised k element between engines moves a state by ~3e-4
+
+
+@pytest.mark.parametrize("form", ["g", "alpha", "g_bf16_beta"])
+def test_serving_precomputed_gates(form):
+    q, k, v, st, A_log, a, dt_bias, b = decode_inputs(33, 4, 8, seed=40)
+    logg, beta = raw_gates(A_log, a, dt_bias, b)
+    bt = beta.to(torch.bfloat16 if form == "g_bf16_beta" else torch.float32)
+    gate = dict(alpha=torch.exp(logg).float()) if form == "alpha" else dict(g=logg.float())
+    o, ns = gdn.decode(q, k, v, st, None, None, None, None, beta=bt, **gate)
+    lg = torch.log(gate["alpha"].double()) if form == "alpha" else gate["g"].double()
+    for n in (0, 17, 32):
+        ro, rs, _ = sref(q[n], k[n], v[n], st[n].double(), lg[n], bt[n].double())
+        close(o[n], ro, f"decode output {n}", OUT_L2)
+        close(ns[n], rs, f"decode new_state {n}", F32_L2)
+    x = prefill_inputs([100, 0, 37], 4, 8, seed=41)
+    logg, beta = raw_gates(*x[4:8])
+    g32, bt = logg.float(), beta.to(bt.dtype)
+    o, ns = gdn.prefill(*x[:4], None, None, None, None, x[8], g=g32, beta=bt)
+    for n, (s0, s1) in enumerate([(0, 100), (100, 100), (100, 137)]):
+        ro, rs, _ = sref(x[0][s0:s1], x[1][s0:s1], x[2][s0:s1], x[3][n].double(), g32[s0:s1].double(),
+                         bt[s0:s1].double())
+        close(o[s0:s1], ro, f"prefill output {n} (g)", OUT_L2)
+        if s1 > s0:
+            close(ns[n], rs, f"prefill new_state {n} (g)", PREFILL_STATE_L2)
+    assert not ns[1].any()
+
+
+def test_serving_qk_norm():
+    x = decode_inputs(5, 4, 8, seed=42)  # randn q/k
+    o, ns = gdn.decode(*x, use_qk_l2norm_in_kernel=True)
+    logg, beta = raw_gates(*x[4:8])
+    for n in range(5):
+        ro, rs, _ = sref(x[0][n], x[1][n], x[2][n], x[3][n].double(), logg[n], beta[n], norm=True)
+        close(o[n], ro, f"decode output {n} (qk norm)", OUT_L2)
+        close(ns[n], rs, f"decode new_state {n} (qk norm)", NORM_L2)
+    g = gen(43)
+    T, cu = 230, torch.tensor([0, 30, 230], dtype=torch.int64, device=dev)
+    q, k = randn(g, T, 4, D).bfloat16(), randn(g, T, 4, D).bfloat16()
+    v = randn(g, T, 8, D).bfloat16()
+    A_log, a, dt_bias, b = gates(g, 8, (T,))
+    o, ns = gdn.prefill(q, k, v, None, A_log, a, dt_bias, b, cu, use_qk_l2norm_in_kernel=True)
+    ro, rs = ref_prefill(l2norm_bf16(q), l2norm_bf16(k), v, None, A_log, a, dt_bias, b, cu, None)
+    close(o, ro, "prefill output (qk norm)", OUT_L2)
+    close(ns, rs, "prefill new_state (qk norm)", PREFILL_STATE_L2)
+
+
+def test_serving_k_first():
+    x = decode_inputs(9, 4, 8, seed=44)
+    ro, rs = ref_decode(*x, None)
+    o, ns = gdn.decode(*x[:3], kf(x[3]), *x[4:], state_layout="k-first")
+    close(o, ro, "decode output (k-first)", OUT_L2)
+    close(kf(ns), rs, "decode new_state (k-first)", F32_L2)
+    y = prefill_inputs([64, 3, 130], 4, 8, seed=45)
+    ro, rs = ref_prefill(*y, None)
+    o, ns = gdn.prefill(*y[:3], kf(y[3]), *y[4:], state_layout="k-first")
+    close(o, ro, "prefill output (k-first)", OUT_L2)
+    close(kf(ns), rs, "prefill new_state (k-first)", PREFILL_STATE_L2)
+    z = mtp_inputs(3, 4, 5, 4, 8, seed=46)
+    inter = torch.full((5, 4, 8, D, D), 7.0, device=dev)
+    ro, _, ri = ref_mtp(*z, None, inter)
+    o, _ = gdn.mtp(*z[:3], kf(z[3]), *z[4:], None, inter, state_layout="k-first")
+    close(o, ro, "mtp output (k-first)", OUT_L2)
+    close(kf(inter), ri, "mtp intermediate (k-first)", F32_L2)
+
+
+@pytest.mark.parametrize("pad,idx_dtype,state_dtype", [("negative", torch.int32, torch.float32),
+                                                       ("null-slot", torch.int64, torch.float32),
+                                                       ("negative", torch.int64, torch.bfloat16)])
+def test_serving_decode_pool(pad, idx_dtype, state_dtype):
+    B, slots = 40, 64
+    q, k, v, _, A_log, a, dt_bias, b = decode_inputs(B, 4, 8, seed=47)
+    pool = (0.1 * randn(gen(48), slots, 8, D, D)).to(state_dtype)
+    P = -1 if pad == "negative" else 0
+    rows = torch.randperm(slots - 1, device=dev, generator=gen(49))[:B] + 1
+    rows[3] = rows[11] = P  # two padded requests
+    idx = rows.to(idx_dtype)
+    before = pool.clone()
+    o, ns = gdn.decode(q, k, v, pool, A_log, a, dt_bias, b, state_indices=idx, pad=pad)
+    assert ns is pool
+    logg, beta = raw_gates(A_log, a, dt_bias, b)
+    tol = F32_L2 if state_dtype == torch.float32 else BF16_L2
+    for n in (0, 3, 11, 39):
+        r = int(rows[n])
+        if r == P:
+            assert not o[n].any(), "padding request: zero output"
+            continue
+        ro, rs, _ = sref(q[n], k[n], v[n], before[r].double(), logg[n], beta[n])
+        close(o[n], ro, f"output {n}", OUT_L2)
+        close(pool[r], rs, f"pool row {r}", tol)
+    written = torch.zeros(slots, dtype=torch.bool, device=dev)
+    written[rows[rows != P]] = True
+    assert torch.equal(pool[~written], before[~written]), "rows no request writes keep their values"
+
+
+def test_serving_prefill_strided_pool_int32_offsets():
+    """sglang-style: a per-layer view of a [slots, layers, HV, V, K] buffer (row stride = 2 states), int32
+    cu_seqlens, has_initial_state, -1 padding, a zero-length sequence."""
+    lens, slots = [70, 0, 5, 130, 9], 8
+    x = prefill_inputs(lens, 4, 8, seed=50)
+    buf = 0.1 * randn(gen(51), slots, 2, 8, D, D)
+    before = buf.clone()
+    pool = buf[:, 1]
+    assert not pool.is_contiguous() and pool.stride(0) == 2 * 8 * D * D
+    idx = torch.tensor([6, 2, -1, 0, 3], dtype=torch.int32, device=dev)
+    flags = torch.tensor([1, 1, 1, 0, 1], dtype=torch.int32, device=dev)
+    cu32 = x[8].to(torch.int32)
+    o, ns = gdn.prefill(*x[:3], pool, *x[4:8], cu32, state_indices=idx, has_initial_state=flags)
+    assert ns is pool
+    logg, beta = raw_gates(*x[4:8])
+    c = [0] + torch.cumsum(torch.tensor(lens), 0).tolist()
+    for n, r in [(0, 6), (3, 0), (4, 3)]:
+        s0, s1 = c[n], c[n + 1]
+        init = torch.zeros(8, D, D, dtype=torch.float64, device=dev) if n == 3 else before[r, 1].double()
+        ro, rs, _ = sref(x[0][s0:s1], x[1][s0:s1], x[2][s0:s1], init, logg[s0:s1], beta[s0:s1])
+        close(o[s0:s1], ro, f"output of sequence {n}", OUT_L2)
+        close(buf[r, 1], rs, f"pool row {r}", PREFILL_STATE_L2)
+    assert not o[c[2]:c[3]].any(), "padded sequence: zero output"
+    assert torch.equal(buf[:, 0], before[:, 0]), "the other layer is untouched"
+    for r in (1, 2, 4, 5, 7):  # 2: a zero-length sequence's row
+        assert torch.equal(buf[r, 1], before[r, 1]), f"pool row {r} untouched"
+
+
+@pytest.mark.parametrize("pad", ["negative", "null-slot"])
+def test_serving_mtp_spec_slots(pad):
+    B, T, slots = 4, 3, 16
+    q, k, v, _, _, A_log, a, dt_bias, b = mtp_inputs(B, T, slots, 4, 8, seed=52)
+    buf = 0.1 * randn(gen(53), slots, 2, 8, D, D)  # [slots, layers, ...]: a strided per-layer view
+    pool = buf[:, 1]
+    other = buf[:, 0].clone()
+    P = -1 if pad == "negative" else 0
+    idx = torch.tensor([[2, 5, 7], [P, P, P], [9, 4, P], [11, 12, 13]], dtype=torch.int32, device=dev)
+    acc = torch.tensor([2, 1, 1, 3], dtype=torch.int32, device=dev)
+    before = pool.clone()
+    o, fin = gdn.mtp(q, k, v, pool, idx, A_log, a, dt_bias, b, num_accepted_tokens=acc, pad=pad)
+    assert fin is pool
+    logg, beta = raw_gates(A_log, a, dt_bias, b)
+    written = set()
+    for r in (0, 2, 3):
+        src = int(idx[r, int(acc[r]) - 1])
+        ro, _, states = sref(q[r], k[r], v[r], before[src].double(), logg[r], beta[r])
+        close(o[r], ro, f"output of request {r}", OUT_L2)
+        for t in range(T):
+            if int(idx[r, t]) != P:
+                close(pool[int(idx[r, t])], states[t], f"slot [{r}, {t}]", F32_L2)
+                written.add(int(idx[r, t]))
+    assert not o[1].any()
+    rest = sorted(set(range(slots)) - written)
+    assert torch.equal(pool[rest], before[rest]) and torch.equal(buf[:, 0], other)
+
+
+@pytest.mark.parametrize("starts_dtype,state_dtype", [(torch.int32, torch.float32), (torch.int64, torch.bfloat16)])
+def test_serving_prefill_checkpoints(starts_dtype, state_dtype):
+    lens, every = [130, 64, 10, 0, 200], 64
+    x = prefill_inputs(lens, 4, 8, seed=54, state_dtype=state_dtype)
+    per = [n // every for n in lens]
+    starts = torch.tensor([0] + torch.cumsum(torch.tensor(per), 0).tolist(), dtype=starts_dtype, device=dev)
+    ck = torch.full((sum(per) + 1, 8, D, D), 7.0, device=dev)  # f32 checkpoints; one guard row
+    o, ns = gdn.prefill(*x, checkpoint_every=every, checkpoint_cu_starts=starts, checkpoints=ck)
+    ro, rs = ref_prefill(*x, None)
+    close(o, ro, "output (checkpoints)", OUT_L2)
+    logg, beta = raw_gates(*x[4:8])
+    c = [0] + torch.cumsum(torch.tensor(lens), 0).tolist()
+    for n in (0, 1, 4):
+        s0, s1 = c[n], c[n + 1]
+        _, _, states = sref(x[0][s0:s1], x[1][s0:s1], x[2][s0:s1], x[3][n].double(), logg[s0:s1], beta[s0:s1])
+        for j in range(per[n]):
+            close(ck[int(starts[n]) + j], states[(j + 1) * every - 1], f"checkpoint {j} of sequence {n}",
+                  PREFILL_STATE_L2 if state_dtype == torch.float32 else BF16_L2)
+    assert (ck[-1] == 7.0).all(), "a row no sequence owns keeps its values"
+
+
+def test_serving_decode_pool_graph_capture():
+    """A vLLM-style decode step (pool, null-slot padding, in-kernel norm) captured in a CUDA graph, replayed
+    with other indices."""
+    B, slots = 16, 40
+    x = decode_inputs(B, 4, 8, seed=55)
+    pool = 0.1 * randn(gen(56), slots, 8, D, D)
+    idx = torch.arange(1, B + 1, dtype=torch.int32, device=dev)
+    out = torch.empty(B, 1, 8, D, dtype=torch.bfloat16, device=dev)
+    kw = dict(output=out, state_indices=idx, pad="null-slot", use_qk_l2norm_in_kernel=True)
+    graph = captured(lambda: gdn.decode(x[0], x[1], x[2], pool, *x[4:], **kw))
+    new_idx = torch.randperm(slots - 1, device=dev, generator=gen(57))[:B].to(torch.int32) + 1
+    new_idx[5] = 0
+    before = pool.clone()
+    replay_with(graph, [idx], [new_idx], poisoned=(out,))
+    logg, beta = raw_gates(*x[4:8])
+    for n in (0, 5, 15):
+        r = int(new_idx[n])
+        if r == 0:
+            assert not out[n].any()
+            continue
+        ro, rs, _ = sref(x[0][n], x[1][n], x[2][n], before[r].double(), logg[n], beta[n], norm=True)
+        close(out[n], ro, f"output {n} (graph replay)", OUT_L2)
+        close(pool[r], rs, f"pool row {r} (graph replay)", NORM_L2)
+
+
+def test_serving_errors_on_cuda():
+    x = decode_inputs(2, 4, 8, seed=58)
+    pool = torch.zeros(4, 8, D, D, device=dev)
+    idx = torch.tensor([1, 2], dtype=torch.int32, device=dev)
+    with pytest.raises(TypeError, match="'has_initial_state'.*int32"):
+        gdn.decode(*x[:3], pool, *x[4:], state_indices=idx, has_initial_state=torch.ones(2, dtype=torch.bool,
+                                                                                              device=dev))
+    with pytest.raises(ValueError, match="'state_indices'.*one device"):
+        gdn.decode(*x[:3], pool, *x[4:], state_indices=idx.cpu())
+    qt = x[0].transpose(2, 3).contiguous().transpose(2, 3)
+    with pytest.raises(ValueError, match=r"'q'.*contiguous\(\)"):
+        gdn.decode(qt, *x[1:])
+    with pytest.raises(ValueError, match="'alpha'"):
+        logg, beta = raw_gates(*x[4:8])
+        gdn.decode(*x[:4], None, None, None, None, g=logg.float(), alpha=logg.exp().float(), beta=beta.float())
+    with pytest.raises(ValueError, match="'state'"):  # a strided state needs state_indices
+        gdn.decode(*x[:3], torch.zeros(2, 2, 8, D, D, device=dev)[:, 0], *x[4:])
+    y = prefill_inputs([70], 4, 8, seed=59)
+    with pytest.raises(ValueError, match="'checkpoint_every'"):
+        gdn.prefill(*y, checkpoint_every=96, checkpoint_cu_starts=torch.tensor([0, 1], device=dev),
+                    checkpoints=torch.zeros(1, 8, D, D, device=dev))
+
+
+def test_serving_torch_ops():
+    import gdn._torch_ops  # noqa: F401
+
+    x = decode_inputs(3, 4, 8, seed=60, raw=False)
+    logg, beta = raw_gates(*x[4:8])
+    o, ns = torch.ops.gdn.decode(*x[:4], None, None, None, None, None, g=logg.float(), beta=beta.float())
+    ro, rs = ref_decode(*x, None)
+    close(o, ro, "torch.ops.gdn.decode (g, beta)", OUT_L2)
+    close(ns, rs, "torch.ops.gdn.decode new_state (g, beta)", F32_L2)
+    pool = 0.1 * randn(gen(61), 6, 8, D, D)
+    before = pool.clone()
+    idx = torch.tensor([4, 1, 2], dtype=torch.int32, device=dev)
+    step = torch.compile(lambda *t: torch.ops.gdn.decode_pool(*t), fullgraph=True)
+    o = step(x[0], x[1], x[2], pool, idx, *x[4:])
+    ro, rs = ref_decode(*x[:3], before[idx.long()], *x[4:], None)
+    close(o, ro, "decode_pool output (compiled)", OUT_L2)
+    close(pool[idx.long()], rs, "decode_pool rows (compiled, in place)", F32_L2)
+    assert torch.equal(pool[[0, 3, 5]], before[[0, 3, 5]])

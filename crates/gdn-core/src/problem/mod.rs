@@ -242,7 +242,6 @@ impl Problem {
                 idx,
                 self.dims.state_rows,
                 self.writes_pool_rows(),
-                self.mtp_mode,
                 self.serving.pad,
             )?;
         }
@@ -524,23 +523,18 @@ pub fn check_cu_seqlens(cu: &[i64], total_tokens: usize) -> Result<()> {
     Ok(())
 }
 
-/// Pool indices must be valid rows (or padding under `pad` in serving mode); with per-row writes, unique.
-pub fn check_indices(
-    idx: &[i32],
-    pool: usize,
-    writes_rows: bool,
-    mode: MtpMode,
-    pad: PadRule,
-) -> Result<()> {
+/// MTP pool indices must be valid rows or padding under `pad` (in both modes: a padded request reads and
+/// writes nothing); with per-row writes, unique.
+pub fn check_indices(idx: &[i32], pool: usize, writes_rows: bool, pad: PadRule) -> Result<()> {
     let name = "initial_state_indices";
     let mut seen = vec![false; pool];
     for (b, &i) in idx.iter().enumerate() {
-        if mode == MtpMode::Serving && pad.is_pad(i as i64) {
+        if pad.is_pad(i as i64) {
             continue;
         }
         if i < 0 || i as usize >= pool {
             let hint = if i < 0 {
-                " (negative padding is allowed only in serving mode)"
+                " (padding is a negative index, or 0 under the null-slot rule)"
             } else {
                 ""
             };

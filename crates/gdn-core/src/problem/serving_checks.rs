@@ -103,7 +103,7 @@ impl Problem {
         }
         let every = self.serving.checkpoint_every;
         let starts = tensors.get(names::CHECKPOINT_STARTS);
-        if every % CHECKPOINT_GRANULE != 0 {
+        if !every.is_multiple_of(CHECKPOINT_GRANULE) {
             return Err(GdnError::value(
                 "checkpoint_every",
                 format!("must be a multiple of {CHECKPOINT_GRANULE} tokens, got {every}"),
@@ -138,7 +138,11 @@ impl Problem {
                         ),
                     });
                 };
-                dtype_in(names::CHECKPOINTS, c, &[self.state_out_dtype(), DType::F32])?;
+                let mut ok = vec![self.state_out_dtype()];
+                if ok[0] != DType::F32 {
+                    ok.push(DType::F32);
+                }
+                dtype_in(names::CHECKPOINTS, c, &ok)?;
                 let h = &self.def.heads;
                 let (hv, d) = (h.num_v_heads, h.head_size);
                 if c.shape.len() != 4 || c.shape[1..] != [hv, d, d] {
