@@ -151,9 +151,10 @@ class Module:
 
 
 # ----------------------------------------------------------------------------------------------- params
-# RecurrentParams: 12 pointers, 2 x i64, f32, 3 x i32 = 128 bytes (offsets in recurrent.cu's comments)
-PFMT = "<12Q2qf3i"
-assert struct.calcsize(PFMT) == 128
+# RecurrentParams: 12 pointers, 2 x i64, f32, 3 x i32 = 128 bytes (offsets in recurrent.cu's comments), then the
+# 72-byte ServingParams block (common/serving.cuh), zero here: the definition mode
+PFMT = "<12Q2qf3i72x"
+assert struct.calcsize(PFMT) == 200
 _OFFS = {"q": 0, "k": 8, "v": 16, "a": 24, "b": 32, "A_log": 40, "dt_bias": 48, "state": 56, "new_state": 64,
          "intermediate": 72, "out": 80, "state_indices": 88, "batch": 96, "num_state_rows": 104, "scale": 112,
          "seq_len": 116, "num_qk_heads": 120, "num_v_heads": 124}

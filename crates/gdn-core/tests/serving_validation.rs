@@ -78,6 +78,28 @@ fn gate_tensors() {
         Tensor::zeros(DType::BF16, t[names::G].shape.clone()),
     );
     expect(&s, &gb, sv, names::G);
+    // a log decay above 0, an alpha above 1, a NaN
+    for (name, bad) in [(names::G, 0.5f32), (names::G, f32::NAN)] {
+        let mut v = t[name].as_f32().unwrap().to_vec();
+        v[3] = bad;
+        let mut tb = t.clone();
+        tb.insert(
+            name.into(),
+            Tensor::new(t[name].shape.clone(), Data::F32(v)),
+        );
+        expect(&s, &tb, sv, name);
+    }
+    let mut sl = WorkloadSpec::prefill(heads(), &[5, 9]);
+    sl.serving.gates = GateMode::Linear;
+    let tl = generate(&sl, 1);
+    let mut v = tl[names::ALPHA].as_f32().unwrap().to_vec();
+    v[0] = 1.5;
+    let mut tb = tl.clone();
+    tb.insert(
+        names::ALPHA.into(),
+        Tensor::new(tl[names::ALPHA].shape.clone(), Data::F32(v)),
+    );
+    expect(&sl, &tb, sv, names::ALPHA);
     // beta with raw gates
     let mut rb = raw.clone();
     rb.insert(names::BETA.into(), t[names::BETA].clone());

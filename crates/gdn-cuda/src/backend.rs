@@ -12,7 +12,7 @@
 //! * MTP, serving mode: in place — `new_state == state` (the pool), index -1 = padding; `final_state` is
 //!   the pool read back.
 
-use crate::abi::args::shape_of;
+use crate::abi::args::{shape_of, Args, DevicePtrs};
 use crate::exec::backend_err as be;
 use crate::exec::io::{enqueue, DeviceInputs, DeviceOutputs, Workspace};
 use crate::exec::kernel_set::KernelSet;
@@ -62,8 +62,21 @@ impl CudaBackend {
     }
 
     /// Which kernel(s) (and launch configurations) this backend would use for `p` (with `GDN_KERNEL`).
+    /// Decode / MTP: the build `p`'s serving modes select, as a launch picks it.
     pub fn plan(&self, p: &Problem) -> Result<LaunchInfo> {
-        Ok(self.kernels.describe(&shape_of(p))?)
+        if p.def.op == Op::Prefill {
+            return Ok(self.kernels.describe(&shape_of(p))?);
+        }
+        let Args::Recurrent(a) = Args::for_problem(p, &present_tensors(p)) else {
+            unreachable!("decode and MTP take recurrent arguments")
+        };
+        let choice = crate::plan::select::choose_recurrent(
+            &a.shape(),
+            &self.kernels.caps(),
+            self.kernels.env_override(),
+            a.build(),
+        )?;
+        Ok(LaunchInfo::recurrent(choice))
     }
 
     /// `plan` with an explicit prefill override (`None`: automatic, ignoring `GDN_KERNEL`).
@@ -187,4 +200,18 @@ fn copy_pool(x: &Inputs, dst: &mut StateBuf) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Stand-in device pointers for planning: 1 for every tensor `p` has, 0 for the absent ones (the build choice
+/// reads which serving tensors are present, never their addresses).
+fn present_tensors(p: &Problem) -> DevicePtrs {
+    let on = |b: bool| u64::from(b);
+    DevicePtrs {
+        gate: on(p.gates != gdn_core::GateMode::Raw),
+        beta: on(p.gates != gdn_core::GateMode::Raw),
+        pool_indices: on(p.pool),
+        has_initial: on(p.has_initial_state),
+        num_accepted: on(p.spec_slots),
+        ..Default::default()
+    }
 }

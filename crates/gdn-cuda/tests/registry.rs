@@ -49,14 +49,15 @@ fn exported(src: &str, defines: &[&str]) -> BTreeSet<String> {
         }
         let rec = line
             .strip_prefix("GDN_REC_EXPORT(")
-            .or_else(|| line.strip_prefix("GDN_REC_EXPORT_EX("));
+            .or_else(|| line.strip_prefix("GDN_REC_EXPORT_EX("))
+            .or_else(|| line.strip_prefix("GDN_REC_EXPORT_MODE("));
         if let Some(rest) = rec {
             let a: Vec<&str> = rest
                 .trim_end_matches(')')
                 .split(',')
                 .map(str::trim)
                 .collect();
-            // (ST, SBYTES, TT, TFIX, VEC, RPT, WARPS[, ORDER, HINT, SUFFIX])
+            // (ST, SBYTES, TT, TFIX, VEC, RPT, WARPS[, ORDER, HINT, SUFFIX, MODE])
             let suffix = a.get(9).copied().unwrap_or("");
             out.insert(format!(
                 "gdn_recurrent_{}_{}_v{}r{}w{}{suffix}",
@@ -185,8 +186,12 @@ fn params_offsets_match_the_cuda_comments() {
         offset_of!(RecurrentParams, seq_len),
         offset_of!(RecurrentParams, num_qk_heads),
         offset_of!(RecurrentParams, num_v_heads),
+        offset_of!(RecurrentParams, serving),
     ];
-    assert_eq!(commented_offsets(&s, "RecurrentParams"), rec);
+    // the definition build's block (RecurrentCore) and the serving block that extends it
+    let mut got = commented_offsets(&s, "RecurrentCore");
+    got.extend(commented_offsets(&s, "RecurrentParams : RecurrentCore"));
+    assert_eq!(got, rec);
     let pre = [
         offset_of!(PrefillParams, q),
         offset_of!(PrefillParams, k),
@@ -204,6 +209,8 @@ fn params_offsets_match_the_cuda_comments() {
         offset_of!(PrefillParams, num_q_heads),
         offset_of!(PrefillParams, num_v_heads),
         offset_of!(PrefillParams, lead_rows),
+        offset_of!(PrefillParams, num_state_rows),
+        offset_of!(PrefillParams, serving),
     ];
     assert_eq!(commented_offsets(&s, "PrefillParams"), pre);
     use gdn_cuda::abi::params::Prefill64Params as P64;
@@ -226,6 +233,8 @@ fn params_offsets_match_the_cuda_comments() {
         offset_of!(P64, num_q_heads),
         offset_of!(P64, num_v_heads),
         offset_of!(P64, seg_chunks),
+        offset_of!(P64, num_state_rows),
+        offset_of!(P64, serving),
     ];
     assert_eq!(commented_offsets(&s, "Prefill64Params"), pre64);
     for (file, text) in gdn_cuda::abi::params::CUDA_SIZE_ASSERTS {
@@ -293,7 +302,7 @@ mod table {
         // workspace constant
         assert_eq!(text.matches("gdn_registry_check<").count(), 9 + 2);
         assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 147472>"));
-        assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
+        assert!(text.contains("(sizeof(Prefill64Params)), 208>"));
         assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
         // the wide module: its four passes' smem and the params size, nothing of the other module
         let wide = checks_appendix(&PREFILL64_WIDE);
@@ -307,13 +316,13 @@ mod table {
         // params size and (prefill64_dp) the sequence limit and the persistent launches' count (vgrid)
         let dp = checks_appendix(&PREFILL64_DP);
         assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 2 + 3);
-        assert!(dp.contains("(sizeof(Prefill64Params)), 128>"));
-        assert!(dp.contains("(sizeof(Prefill64PlanParams)), 224>"));
+        assert!(dp.contains("(sizeof(Prefill64Params)), 208>"));
+        assert!(dp.contains("(sizeof(Prefill64PlanParams)), 304>"));
         assert!(dp.contains("(DEVICE_PLAN_MAX_N), 256>"));
         assert!(dp.contains("(DP_LAUNCHES), 5>"));
         let wide_dp = checks_appendix(&PREFILL64_WIDE_DP);
         assert_eq!(wide_dp.matches("gdn_registry_check<").count(), 4 + 1 + 1);
-        assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 128>"));
+        assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 208>"));
         assert_eq!(
             modules()
                 .iter()

@@ -194,6 +194,26 @@ impl Problem {
                 }
             }
         }
+        // a decay factor lies in [0, 1]: log g <= 0 (or -inf), alpha in [0, 1] (the kernels' chunked forms
+        // rely on it: a ratio of decays exp(γi − γj), i >= j, is at most 1)
+        for (name, ok) in [
+            (names::G, (|x: f32| x <= 0.0) as fn(f32) -> bool),
+            (names::ALPHA, |x: f32| (0.0..=1.0).contains(&x)),
+        ] {
+            if let Some(v) = tensors.get(name).and_then(Tensor::as_f32) {
+                if let Some(i) = v.iter().position(|&x| !ok(x)) {
+                    let want = if name == names::G {
+                        "<= 0 (a log decay)"
+                    } else {
+                        "in [0, 1] (a decay factor)"
+                    };
+                    return Err(GdnError::value(
+                        name,
+                        format!("element {i} is {}, must be {want}", v[i]),
+                    ));
+                }
+            }
+        }
         if let Some(t) = tensors.get(names::HAS_INITIAL_STATE) {
             if let Some(i) = int_values(t).iter().position(|&x| x != 0 && x != 1) {
                 return Err(GdnError::value(

@@ -28,7 +28,7 @@ namespace gdn_prefill64 {
 // Workspace after the chunk records: three f32 arrays [seg slots][HV][128][128] — S (segment start states, [v][k]),
 // M (in the scan's fragment order), B ([v][k]). Numerics: the summary walks round their states to bf16 in products
 // exactly like the real walk; the scan is fp32 (3xTF32 products, fp32 accumulation).
-__device__ __forceinline__ i64 seg_first(const i64* cu, i64 i, int L) { return seq_slot(cu, i) / L + i; }
+__device__ __forceinline__ i64 seg_first(const Prefill64Params& p, i64 i, int L) { return seq_slot(p, i) / L + i; }
 __device__ __forceinline__ i64 cp_seg_slots(const Prefill64Params& p) {
     return (p.total_tokens / C + p.num_seqs + 1) / p.seg_chunks + p.num_seqs + 1;
 }
@@ -51,15 +51,15 @@ __device__ __forceinline__ bool find_segment(const Prefill64Params& p, i64 slot,
     // the largest i with g(i) = f(i) / L + i <= slot (g strictly increasing, g(0) = 0); with f(i) >= 0 and
     // m = slot − i, f(i) / L <= m  <=>  m >= 0 and f(i) < (m + 1)·L: no division
     const i64 lo = warp_last_true(N, [&](i64 i) {
-        return (i <= slot) & (seq_slot(p.cu_seqlens, i) < (slot - i + 1) * L);
+        return (i <= slot) & (seq_slot(p, i) < (slot - i + 1) * L);
     });
     // (uni64: the division and the loads below may be compiled on the vector path; the walk's addresses derive from
     // them)
     sp.seq = lo;
-    const i64 f = seq_slot(p.cu_seqlens, lo);
+    const i64 f = seq_slot(p, lo);
     sp.first = uni64((f >> 32 ? f / L : (i64)((u32)f / (u32)L)) + lo);  // (a 32-bit division where it fits)
-    sp.bos = uni64(p.cu_seqlens[lo]);
-    sp.eos = uni64(p.cu_seqlens[lo + 1]);
+    sp.bos = uni64(cu_at(p, lo));
+    sp.eos = uni64(cu_at(p, lo + 1));
     const i64 len = sp.eos > sp.bos ? sp.eos - sp.bos : 0;
     sp.nch = (int)((len + C - 1) / C);
     sp.nseg = sp.nch > L ? (sp.nch + L - 1) / L : 1;

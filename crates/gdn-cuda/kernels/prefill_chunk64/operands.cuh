@@ -1,7 +1,7 @@
 // prefill_chunk64/operands.cuh — operand formats of the chunk64 kernels: f16 pairs with power-of-two scales (the
 // record's tiles, the walk's X and Vn), tf32 hi + lo splits (the prep's inverse, the cp scan), and the 128-byte-swizzled
-// K-major panels that wgmma reads, with the K / Q row loads into them. (The wgmma and mma.sync wrappers themselves are
-// in common/sm90.cuh.)
+// K-major panels that wgmma reads, with the K / Q row loads into them and the in-kernel q/k norm of those rows. (The
+// wgmma and mma.sync wrappers themselves are in common/sm90.cuh.)
 #pragma once
 
 namespace gdn_prefill64 {
@@ -48,6 +48,44 @@ __device__ __forceinline__ void load_kq_rows(const Prefill64Params& p, u32 kq, i
         if (LOADQ) cp_async16(dst + (u32)((C + it * RS) * 128), ok ? qp : p.q, ok);
         kp += RS * row;
         qp += RS * row;
+    }
+}
+
+// In-kernel q/k L2 norm (SV_QK_NORM) of the rows load_kq_rows wrote: each of the ROWS rows at `kq` (64: K only; 128: K
+// and Q) becomes bf16(x / sqrt(Σx² + 1e-6)), the sum in fp32 (as gdn_core's reference); zero rows stay zero. THREADS
+// threads, THREADS / ROWS adjacent ones per row, each summing its share of the row's 16 pieces (both panels), the
+// shares meeting by shuffles; a second pass reloads, scales and stores. Every thread's copies must have landed and be
+// visible (cp_async_wait and a barrier before); the caller fences the generic-proxy writes for wgmma
+// (fence_proxy_async) and synchronises before any product reads them.
+__device__ __forceinline__ float bf16_sq2(u32 w) {
+    const float lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xffff0000u);
+    return fmaf(lo, lo, hi * hi);
+}
+template <int THREADS, int ROWS>
+__device__ __forceinline__ void normalize_kq_rows(unsigned char* kq, int tid) {
+    static_assert(THREADS % ROWS == 0 && THREADS / ROWS <= 16, "whole rows per thread group");
+    constexpr int PARTS = THREADS / ROWS, PIECES = 16 / PARTS;
+    const int r = tid / PARTS, q0 = (tid % PARTS) * PIECES;
+    auto piece = [&](int q) { return reinterpret_cast<uint4*>(kq + (q >> 3) * (128 * 128) + swz(r, q & 7)); };
+    float ss = 0.f;
+#pragma unroll 4
+    for (int q = q0; q < q0 + PIECES; ++q) {
+        const uint4 x = *piece(q);
+        ss += (bf16_sq2(x.x) + bf16_sq2(x.y)) + (bf16_sq2(x.z) + bf16_sq2(x.w));
+    }
+#pragma unroll
+    for (int m = 1; m < PARTS; m <<= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    const float rs = rsqrtf(ss + SV_QK_NORM_EPS);
+#pragma unroll 4
+    for (int q = q0; q < q0 + PIECES; ++q) {
+        uint4* d = piece(q);
+        const uint4 x = *d;
+        const u32 w[4] = {x.x, x.y, x.z, x.w};
+        u32 y[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            y[e] = cvt_bf16x2(__uint_as_float(w[e] << 16) * rs, __uint_as_float(w[e] & 0xffff0000u) * rs);
+        *d = make_uint4(y[0], y[1], y[2], y[3]);
     }
 }
 

@@ -3,19 +3,23 @@
 // the record the prep writes per (chunk, value head) and the walks read.
 #pragma once
 
-// Parameters of every gdn_prefill64_* kernel. 8-byte fields first; 128 bytes. Mirrored by the Rust runtime
-// (offsets in the comments).
+// Parameters of every gdn_prefill64_* kernel: the definition's tensors (8-byte fields first), the pool's row count,
+// then the serving-mode block (common/serving.cuh; all zero in definition mode); 208 bytes. Mirrored by the Rust
+// runtime (offsets in the comments).
 struct Prefill64Params {
     const __nv_bfloat16* q;        //   0: [T, H, 128] bf16
     const __nv_bfloat16* k;        //   8: [T, H, 128] bf16
     const __nv_bfloat16* v;        //  16: [T, HV, 128] bf16
-    const __nv_bfloat16* a;        //  24: [T, HV] bf16
-    const __nv_bfloat16* b;        //  32: [T, HV] bf16
-    const float* A_log;            //  40: [HV] f32
-    const float* dt_bias;          //  48: [HV] f32
-    const i64* cu_seqlens;         //  56: [N+1] int64, device memory
-    const void* state;             //  64: [N, HV, 128, 128] f32 (walk_f32) or bf16 (walk_bf16); NULL = zeros
-    void* new_state;               //  72: same shape / dtype; every row written (zeros for empty sequences)
+    const __nv_bfloat16* a;        //  24: [T, HV] bf16; NULL with precomputed gates
+    const __nv_bfloat16* b;        //  32: [T, HV] bf16; NULL likewise
+    const float* A_log;            //  40: [HV] f32; NULL likewise
+    const float* dt_bias;          //  48: [HV] f32; NULL likewise
+    const void* cu_seqlens;        //  56: [N+1] int64 (int32 with SV_CU_I32), device memory; read only through
+                                   //      cu_at (below)
+    const void* state;             //  64: [rows, HV, 128, 128] (k-last, or K-first with SV_KFIRST) f32 (walk_f32)
+                                   //      or bf16 (walk_bf16); NULL = zeros
+    void* new_state;               //  72: same dtype / layout; row n for every sequence n (zeros for empty ones),
+                                   //      or the pool itself (= state) in pool mode
     __nv_bfloat16* out;            //  80: [T, HV, 128] bf16
     void* workspace;               //  88: num_slots · HV · WS_CHUNK_BYTES bytes of records, then the walk's order
                                    //      (chunk64) or the cp states; 256-byte aligned (registry.rs)
@@ -26,14 +30,15 @@ struct Prefill64Params {
     i32 num_v_heads;               // 120: HV (multiple of H)
     i32 seg_chunks;                // 124: context-parallel kernels: chunks per segment L >= 1 (others: ignored; the
                                    //      device plan: 0)
+    i64 num_state_rows;            // 128: rows of state (the pool's in pool mode): a pool index >= this is padding
+    ServingParams serving;         // 136: the serving modes (common/serving.cuh), 72 bytes; zero: definition mode
 };
 // The device plan's build (modules prefill64_dp / prefill64_wide_dp, compiled with GDN_DEVICE_PLAN;
 // common/device_plan.cuh): the same kernels under the same names, each taking these thresholds after the params.
 // Every CTA reads the longest sequence's length X from cu_seqlens: X < plan_from, the fused launch of the same call
 // runs it and these exit; plan_from <= X < plan_cp_from, the chunk64 plan (prep, walk); X >= plan_cp_from, the cp plan
 // (prep, passes, scan) with L = plan_cp_l_lo + (plan_cp_l_hi − plan_cp_l_lo)·(X − plan_cp_from)/(T − plan_cp_from).
-// A build of its own because a params struct of more than 128 bytes changes ptxas's code for the walks even where no
-// guard runs (the 1x8192 plain walk 5% slower): host-planned calls keep their kernels' code.
+// A build of its own so that host-planned calls run without the guard.
 // The device plan's walk, cp passes and scan are persistent: a launch that is not the call's costs one wave of CTAs
 // that read X and exit (~0.8 us per wave on the H200), where grids sized for the call (the walk N·HV·2, one per SM)
 // take 2-11 waves. So each of them has at most one wave of CTAs (plan/prefill/types.rs `launched_ctas`), which
@@ -45,17 +50,26 @@ struct Prefill64Params {
 constexpr int DP_LAUNCHES = 5;     // prep, walk, cp pass 1, cp scan, cp pass 3 (the vgrid / counter index)
 struct Prefill64PlanParams {
     Prefill64Params p;             //   0
-    i64 plan_from;                 // 128: tokens (0: always; i64 max: never)
-    i64 plan_cp_from;              // 136: tokens (i64 max: never cp)
-    i32 plan_cp_l_lo;              // 144: >= 1: the L the host sized the cp grids and workspace for
-    i32 plan_cp_l_hi;              // 148: >= plan_cp_l_lo
-    u32* claimed;                  // 152: DP_LAUNCHES counters in device memory (after the workspace; the prep zeroes
+    i64 plan_from;                 // 208: tokens (0: always; i64 max: never)
+    i64 plan_cp_from;              // 216: tokens (i64 max: never cp)
+    i32 plan_cp_l_lo;              // 224: >= 1: the L the host sized the cp grids and workspace for
+    i32 plan_cp_l_hi;              // 228: >= plan_cp_l_lo
+    u32* claimed;                  // 232: DP_LAUNCHES counters in device memory (after the workspace; the prep zeroes
                                    //      them)
-    u32 vgrid[DP_LAUNCHES][3];     // 160: each launch's grid as the default build would launch it (x, y, z)
-    u32 pad;                       // 220
+    u32 vgrid[DP_LAUNCHES][3];     // 240: each launch's grid as the default build would launch it (x, y, z)
+    u32 pad;                       // 300
 };
 
 namespace gdn_prefill64 {
+
+// cu_seqlens[i], int64 or int32 (SV_CU_I32): every read of the offsets goes through here. Offsets are below 2^31
+// (PrefillArgs::validate: T fits 31 bits), so an int64 offset's low 32-bit word is its value: either width is one
+// 32-bit load, at byte offset i << 3 or i << 2 (a select between two loads would cost the searches over cu_seqlens
+// ~25 instructions per round).
+__device__ __forceinline__ i64 cu_at(const Prefill64Params& p, i64 i) {
+    const int sh = (p.serving.flags & SV_CU_I32) ? 2 : 3;
+    return (i64)*reinterpret_cast<const i32*>(reinterpret_cast<const unsigned char*>(p.cu_seqlens) + (i << sh));
+}
 
 constexpr int C = 64;              // chunk length (tokens)
 constexpr int D = 128;             // head dim (K = V = 128)

@@ -10,11 +10,14 @@
 // prefill64_wide_dp; Prefill64PlanParams).
 //
 // Files, in include order:
-//   params.cuh       Prefill64Params and Prefill64PlanParams, the chunk constants, the workspace record's layout
-//   operands.cuh     operand formats: f16 with power-of-two scales, tf32 splits, swizzled panels, K / Q row loads
+//   params.cuh       Prefill64Params and Prefill64PlanParams, cu_seqlens reads, the chunk constants, the workspace
+//                    record's layout
+//   operands.cuh     operand formats: f16 with power-of-two scales, tf32 splits, swizzled panels, K / Q row loads and
+//                    their in-kernel q/k norm
 //   schedule.cuh     how a CTA finds its work: the slot map, warp searches, the walk's order, the device plan
 //   prep.cuh         gdn_prefill64_prep: the state-independent work of one (chunk, value head), to a workspace record
-//   walk.cuh         the wgmma walk of a chunk range (walk_wg_body) and the chunk64 plan's walk (walk_plain)
+//   walk.cuh         the wgmma walk of a chunk range (walk_wg_body), the state's rows and checkpoints, and the chunk64
+//                    plan's walk (walk_plain)
 //   cp_passes.cuh    context parallelism: the segment map, passes 1 and 3
 //   scan.cuh         context parallelism: the scan of the segments' start states
 //
@@ -65,6 +68,21 @@
 // fp32 or bf16 by walk variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory. Value head h
 // reads q/k head h / (HV / H). All offsets are 64-bit. HV need not be even here.
 //
+// Serving modes (Prefill64Params::serving, common/serving.cuh; gdn_core's float64 reference defines them), each a
+// uniform branch on the params outside the walks' wgmma windows:
+//   state pool      walk.cuh state_row: a real walk (the plain walk, cp pass 1 segment 0, cp pass 3) of sequence n
+//                   reads / writes pool row pool_indices[n] (rows sv_row_stride apart, in place); padding (by the
+//                   call's rule, or an index >= num_state_rows) writes zero outputs and leaves the walk;
+//                   has_initial_state = 0 starts from zeros; an empty sequence reads and writes nothing. The prep and
+//                   the summary walks need no row.
+//   K-first state   walk.cuh state_rows_load / state_rows_store: [.., K, V] rows (state, new_state, checkpoints)
+//   gates           prep.cuh: precomputed g / alpha and beta in place of a, b, A_log, dt_bias
+//   q/k norm        operands.cuh normalize_kq_rows: the prep and every walk normalise their own K (and Q) rows in
+//                   shared memory, bit for bit the same
+//   offsets         int32 or int64 cu_seqlens (params.cuh cu_at)
+//   checkpoints     walk.cuh walk_checkpoint: a chunk end every checkpoint_every tokens; the cp plan's real walks
+//                   cover every chunk from its true start state, so they write every checkpoint
+//
 // Numerics: products with S use S rounded to bf16 (as FLA/FlashInfer); T is computed in fp32 (3xTF32 block products
 // with truncating splits, ~2^-20 relative). Tb and P are one f16 tile each with power-of-two scales (Tb: one per tile;
 // P: one per 16 rows); V − Z e^γ and Vn are f16 A operands with a per-row power-of-two scale (the range of fp32, an
@@ -74,6 +92,7 @@
 #include "common/gates.cuh"
 #include "common/sm90.cuh"
 #include "common/device_plan.cuh"
+#include "common/serving.cuh"
 #include "prefill_chunk64/params.cuh"
 #include "prefill_chunk64/operands.cuh"
 #include "prefill_chunk64/schedule.cuh"

@@ -2,7 +2,9 @@
 // everything that does not depend on the state — the gates and their cumulative log-decays, Q Kᵀ and K Kᵀ on wgmma,
 // T = (I + A)⁻¹ by a blocked fp32 inverse (16x16 diagonal blocks by forward substitution, the off-diagonal blocks on
 // mma.sync in 3xTF32) — and writes the chunk's workspace record (params.cuh). For the chunk64 plan the head-0 CTA of
-// each sequence's first slot also writes the sequence's rank in the walk's order (schedule.cuh).
+// each sequence's first slot also writes the sequence's rank in the walk's order (schedule.cuh). Serving: precomputed
+// gates, and the in-kernel q/k norm of the K and Q rows before the products (the walks normalise their own copies the
+// same way, bit for bit).
 #pragma once
 
 namespace gdn_prefill64 {
@@ -35,12 +37,12 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
     const i64 slot = bid.x() / (unsigned)HV;
     if (N <= 0) return;
     // the sequence: the largest i with f(i) <= slot (f strictly increasing, f(0) = 0)
-    const i64 seq = warp_last_true(N, [&](i64 i) { return seq_slot(p.cu_seqlens, i) <= slot; });
-    const i64 start = p.cu_seqlens[seq] + (slot - seq_slot(p.cu_seqlens, seq)) * C;
-    const i64 eos = p.cu_seqlens[seq + 1];
+    const i64 seq = warp_last_true(N, [&](i64 i) { return seq_slot(p, i) <= slot; });
+    const i64 start = cu_at(p, seq) + (slot - seq_slot(p, seq)) * C;
+    const i64 eos = cu_at(p, seq + 1);
     // The chunk64 walk's order, longest sequence first. The CTA of sequence seq's first slot and head 0 (an
     // empty sequence has one too: it returns just below) ranks it and writes order[rank] = seq.
-    if (chunk64_ordered(p) && h == 0 && start == p.cu_seqlens[seq])
+    if (chunk64_ordered(p) && h == 0 && start == cu_at(p, seq))
         write_walk_order(p, seq, reinterpret_cast<int*>(smem + PR_OFF));  // (the maxima's words, free until the end)
     if (start >= eos) return;  // a slot that holds no chunk
     const int nvalid = eos - start < C ? (int)(eos - start) : C;
@@ -58,14 +60,20 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
     // warp are slower: the TMA unit takes small copies one after another.)
     load_kq_rows<128, true>(p, smem_addr(smem + PKQ_OFF), start, nvalid, hq, tid);
     cp_async_commit();
-    // ---- gates: log-decay and β for token tid (< 64), inclusive scan of the log-decays per warp
+    // ---- gates: log-decay and β for token tid (< 64) (raw, or precomputed: common/serving.cuh sv_log_decay,
+    // sv_beta), inclusive scan of the log-decays per warp
     if (tid < C) {
         const bool ok = tid < nvalid;
         float lg = 0.f, be = 0.f;
         if (ok) {
             const i64 gi = (start + tid) * HV + h;
-            lg = gdn_log_decay(__bfloat162float(p.a[gi]), p.dt_bias[h], p.A_log[h]);
-            be = gdn_beta(__bfloat162float(p.b[gi]));
+            if ((p.serving.flags & SV_GATE_MASK) == 0) {
+                lg = gdn_log_decay(__bfloat162float(p.a[gi]), p.dt_bias[h], p.A_log[h]);
+                be = gdn_beta(__bfloat162float(p.b[gi]));
+            } else {
+                lg = sv_log_decay(p.serving, p.a, gi, 0.f, 0.f);
+                be = sv_beta(p.serving, p.b, gi);
+            }
         }
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
@@ -78,6 +86,11 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
     cp_async_wait<0>();
     fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
     __syncthreads();
+    if (p.serving.flags & SV_QK_NORM) {  // (serving) the in-kernel q/k norm of the 128 rows, in place
+        normalize_kq_rows<128, 128>(smem + PKQ_OFF, tid);
+        fence_proxy_async();
+        __syncthreads();
+    }
     if (tid >= 32 && tid < C) gam_s[tid] += gam_s[31];
     // ---- Q Kᵀ, then K Kᵀ: 8 wgmma m64n64k16 each, A and B from the panels (an mma.sync form would give warp w the
     // 16w+16 columns its rows need: four times warp 0's work on warp 3). Warp w gets rows 16w..16w+15 in the

@@ -1,5 +1,5 @@
 // prefill_chunk64/scan.cuh — the context-parallel scan, gdn_prefill64_cp_scan{,8}: for every sequence with three
-// segments or more, the segments' start states S[s] = S[s−1] M[s−1] + B[s−1] in fp32 on mma.sync (3xTF32), from pass
+// segments or more (padded ones aside: pool mode), the segments' start states S[s] = S[s−1] M[s−1] + B[s−1] in fp32 on mma.sync (3xTF32), from pass
 // 1's transitions M and zero-state walks B (cp_passes.cuh).
 #pragma once
 
@@ -63,7 +63,7 @@ __device__ __forceinline__ i64 scan_find_seq(const Prefill64Params& p, i64 k, in
         if (i0 < N) {
             i64 c[E + 1];
 #pragma unroll
-            for (int e = 0; e <= E; ++e) c[e] = i0 + e <= N ? p.cu_seqlens[i0 + e] : 0;
+            for (int e = 0; e <= E; ++e) c[e] = i0 + e <= N ? cu_at(p, i0 + e) : 0;
 #pragma unroll
             for (int e = 0; e < E; ++e)
                 if (i0 + e < N && c[e + 1] - c[e] > lim) bits |= 1u << e;
@@ -110,13 +110,15 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p, const Bid bid)
     // the (k = bid.x() / (128 / ROWS) / HV)-th sequence with three segments or more
     const i64 seq = scan_find_seq(p, (i64)bid.x() / (D / ROWS) / HV, threadIdx.x);
     if (seq < 0) return;
-    const i64 bos = p.cu_seqlens[seq], eos = p.cu_seqlens[seq + 1];
+    const i64 bos = cu_at(p, seq), eos = cu_at(p, seq + 1);
     const i64 len = eos > bos ? eos - bos : 0;
     const int nch = (int)((len + C - 1) / C);
     const int nseg = nch > L ? (nch + L - 1) / L : 1;
     if (nseg < 3) return;
+    // a padded sequence (pool mode): its real walks write zero outputs and never read the start states
+    if (p.serving.pool_indices != nullptr && pool_pad(p, sv_pool_index(p.serving, seq))) return;
     pdl_wait();  // (the search above ran while pass 1 finished)
-    const i64 first = seg_first(p.cu_seqlens, seq, L);
+    const i64 first = seg_first(p, seq, L);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int m0 = 16 * warp;
     // S, M, B of segment slot first + i are these + i·sstride (formed once: cp_ws divides by L in 64 bits)

@@ -7,7 +7,7 @@
 namespace gdn_prefill64 {
 
 // First workspace slot of sequence i.
-__device__ __forceinline__ i64 seq_slot(const i64* cu, i64 i) { return cu[i] / C + i; }
+__device__ __forceinline__ i64 seq_slot(const Prefill64Params& p, i64 i) { return cu_at(p, i) / C + i; }
 
 // A warp-uniform 64-bit value through redux.sync, whose result lands in a uniform register: ptxas then knows it is
 // uniform. (A value it cannot prove uniform — a ballot's count, a 64-bit division done on the vector path — would take
@@ -72,11 +72,10 @@ __device__ __forceinline__ i64* walk_order(const Prefill64Params& p) {
 // ranks are a permutation). All 128 threads of the CTA call it; wcount: 4 ints of shared memory (the prep's, no static
 // array: that would cost the prep its sixth CTA per SM).
 __device__ __forceinline__ void write_walk_order(const Prefill64Params& p, i64 i, int* wcount) {
-    const i64* cu = p.cu_seqlens;
-    const i64 li = cu[i + 1] - cu[i];
+    const i64 li = cu_at(p, i + 1) - cu_at(p, i);
     int c = 0;
     for (i64 j = threadIdx.x; j < p.num_seqs; j += 128) {
-        const i64 lj = cu[j + 1] - cu[j];
+        const i64 lj = cu_at(p, j + 1) - cu_at(p, j);
         c += lj > li || (lj == li && j < i);
     }
     c = __reduce_add_sync(0xffffffffu, c);
@@ -85,13 +84,25 @@ __device__ __forceinline__ void write_walk_order(const Prefill64Params& p, i64 i
     if (threadIdx.x == 0) walk_order(p)[wcount[0] + wcount[1] + wcount[2] + wcount[3]] = i;
 }
 
-// ---- The device plan (Prefill64PlanParams). Each launch's part in it:
+// ---- The device plan (Prefill64PlanParams). Its longest sequence (common/device_plan.cuh longest_seq) from int64 or
+// int32 cu_seqlens; whole warps call it, the result is warp-uniform.
+__device__ __forceinline__ i64 call_longest_seq(const Prefill64Params& p) {
+    const int lane = threadIdx.x & 31;
+    i64 m = 0;
+#pragma unroll
+    for (int r = 0; r < DEVICE_PLAN_MAX_N / 32; ++r) {
+        const i64 i = (i64)r * 32 + lane;
+        if (i < p.num_seqs) m = max(m, cu_at(p, i + 1) - cu_at(p, i));
+    }
+    return warp_bound<true>(m);
+}
+// Each launch's part in it:
 enum PlanPart { PART_PREP, PART_WALK, PART_CP };
 // Whether this launch runs the call under the device plan, and its segment length: L for the cp plan (plan/prefill/device.rs
 // Thresholds::seg_chunks_at), 0 for chunk64. Whole warps call it; every warp of the grid gets the same answer.
 __device__ __forceinline__ bool device_plan_runs(const Prefill64PlanParams& pp, PlanPart part, int& seg_chunks) {
     const Prefill64Params& p = pp.p;
-    const i64 x = longest_seq(p.cu_seqlens, p.num_seqs);
+    const i64 x = call_longest_seq(p);
     if (x < pp.plan_from) return false;  // the fused launch's call
     const bool cp = x >= pp.plan_cp_from;
     if ((part == PART_WALK && cp) || (part == PART_CP && !cp)) return false;

@@ -1,7 +1,9 @@
 // prefill_chunk64/walk.cuh — the sequential chain on warpgroup MMA: walk_wg_body walks chunks [c0, c1) of one
 // sequence for one value head from an initial state (the state, zero, a workspace state or the identity) to an end
 // state (new_state, a workspace state, or M in the cp scan's fragment order), with or without outputs; walk_plain is
-// the chunk64 plan's walk (whole sequences, longest first). The cp passes (cp_passes.cuh) run it on segments.
+// the chunk64 plan's walk (whole sequences, longest first). The cp passes (cp_passes.cuh) run it on segments. Also
+// the state's rows in memory (pool rows, padding, either layout: state_row, state_rows_load / store) and the
+// checkpoints the real walks write (walk_checkpoint).
 #pragma once
 
 namespace gdn_prefill64 {
@@ -121,6 +123,104 @@ struct WalkJob {
     float* end_ws;            // END_WS: likewise; END_WS_T (pass 1's M): in the scan's order (scan_a_piece)
 };
 
+// ---- the state's rows in memory (the real walks: not SUMMARY)
+// Where a walk's sequence reads and writes its state: `base`, the element offset of its (row, value head h) in state /
+// new_state (64-bit), and whether it reads it (else zeros), writes it, or is padding (outputs zero, nothing read or
+// written). Definition mode: row seq of state (read when present, the sequence is not empty and has_initial_state
+// allows) and of new_state (always written: zeros for an empty sequence). Pool mode (serving.pool_indices): row
+// idx = pool_indices[seq] of the pool (state = new_state, rows sv_row_stride apart); an index that is padding under the
+// call's rule, or >= num_state_rows, makes the sequence padding; an empty sequence reads and writes nothing.
+struct StateRow {
+    i64 base;
+    bool read, write, pad;
+};
+// Whether pool index `idx` makes a sequence padding (pool mode).
+__device__ __forceinline__ bool pool_pad(const Prefill64Params& p, i64 idx) {
+    return sv_is_pad(p.serving, idx) || idx >= p.num_state_rows;
+}
+__device__ __forceinline__ StateRow state_row(const Prefill64Params& p, i64 seq, i64 len, int h) {
+    const ServingParams& sv = p.serving;
+    const i64 dense = (i64)p.num_v_heads * (D * D), head = (i64)h * (D * D);
+    StateRow r;
+    if (sv.pool_indices != nullptr) {
+        const i64 idx = sv_pool_index(sv, seq);
+        r.pad = pool_pad(p, idx);
+        r.write = !r.pad && len > 0;
+        r.read = r.write && p.state != nullptr && sv_has_initial(sv, seq);
+        r.base = (r.pad ? 0 : idx) * sv_row_stride(sv, dense) + head;
+    } else {
+        r.pad = false;
+        r.write = true;
+        r.read = p.state != nullptr && len > 0 && sv_has_initial(sv, seq);
+        r.base = seq * dense + head;
+    }
+    return r;
+}
+// One state element, f32 or bf16 (the K-first layout's pairs along k are D apart).
+template <bool BF16> __device__ __forceinline__ float state_ld1(const void* base, i64 off) {
+    if constexpr (BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[off]);
+    else return reinterpret_cast<const float*>(base)[off];
+}
+template <bool BF16> __device__ __forceinline__ void state_st1(void* base, i64 off, float x) {
+    if constexpr (BF16) reinterpret_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
+    else reinterpret_cast<float*>(base)[off] = x;
+}
+// Sᵀ rows `row`, row + 8 (value rows), columns 8j + 2t, +1 (the accumulator layout) from / to one (row, head) of a
+// [.., HV, 128, 128] tensor at element offset `base`, in the call's layout: k-last ([v][k]: adjacent pairs) or
+// K-first (SV_KFIRST, [k][v]: single elements; at a walk's start and end only).
+template <bool BF16>
+__device__ __forceinline__ void state_rows_load(const void* src, float* S, i64 base, int row, int t, bool kfirst) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int k = 8 * j + 2 * t;
+        if (kfirst) {
+            const i64 o = base + (i64)k * D + row;
+            S[4 * j] = state_ld1<BF16>(src, o);
+            S[4 * j + 1] = state_ld1<BF16>(src, o + D);
+            S[4 * j + 2] = state_ld1<BF16>(src, o + 8);
+            S[4 * j + 3] = state_ld1<BF16>(src, o + D + 8);
+        } else {
+            const float2 x0 = StateIO<BF16>::load(src, base + (i64)row * D + k);
+            const float2 x1 = StateIO<BF16>::load(src, base + (i64)(row + 8) * D + k);
+            S[4 * j] = x0.x; S[4 * j + 1] = x0.y; S[4 * j + 2] = x1.x; S[4 * j + 3] = x1.y;
+        }
+    }
+}
+template <bool BF16>
+__device__ __forceinline__ void state_rows_store(void* dst, const float* S, i64 base, int row, int t, bool kfirst) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        const int k = 8 * j + 2 * t;
+        if (kfirst) {
+            const i64 o = base + (i64)k * D + row;
+            state_st1<BF16>(dst, o, S[4 * j]);
+            state_st1<BF16>(dst, o + D, S[4 * j + 1]);
+            state_st1<BF16>(dst, o + 8, S[4 * j + 2]);
+            state_st1<BF16>(dst, o + D + 8, S[4 * j + 3]);
+        } else {
+            StateIO<BF16>::store(dst, base + (i64)row * D + k, S[4 * j], S[4 * j + 1]);
+            StateIO<BF16>::store(dst, base + (i64)(row + 8) * D + k, S[4 * j + 2], S[4 * j + 3]);
+        }
+    }
+}
+// Prefix-cache checkpoints (serving.checkpoint_every > 0, a multiple of C = 64): a real walk calls this after each
+// chunk behind one uniform branch on the params. After `done` chunks of the sequence, when done·C tokens are a
+// multiple of the interval and the sequence has that many, the state goes to row checkpoint_starts[seq] + done·C /
+// every − 1 of the checkpoints [rows, HV, 128, 128] (the state's layout; f32 with SV_CKPT_F32, else the state dtype).
+// The cp plan's real walks (pass 1 segment 0, pass 3 segments 1..) together walk every chunk from its true start state,
+// so they write every checkpoint too.
+template <bool BF16STATE>
+__device__ __forceinline__ void walk_checkpoint(const Prefill64Params& p, const float* S, i64 seq, int done, i64 bos,
+                                                i64 eos, int h, int row, int t) {
+    const ServingParams& sv = p.serving;
+    const int every = sv.checkpoint_every / C;  // chunks
+    if (every <= 0 || done % every != 0 || (i64)done * C > eos - bos) return;
+    const i64 base = ((sv_checkpoint_start(sv, seq) + done / every - 1) * p.num_v_heads + h) * (i64)(D * D);
+    const bool kfirst = (sv.flags & SV_KFIRST) != 0;
+    if (sv.flags & SV_CKPT_F32) state_rows_store<false>(sv.checkpoints, S, base, row, t, kfirst);
+    else state_rows_store<BF16STATE>(sv.checkpoints, S, base, row, t, kfirst);
+}
+
 // SUMMARY = a context-parallel summary walk: only the state is carried (Z instead of [Z | Y], no Q, no output).
 // ZEROV = V taken as 0 (the transition walk: V not loaded, U = 0). Both compile-time: a branch inside a wgmma
 // window makes ptxas inject warpgroup.arrive.
@@ -142,20 +242,31 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     const int v0 = WGS == 2 ? 64 * wg : 64 * job.vh;  // first value row of this warpgroup
     constexpr bool loadv = !ZEROV;
     const unsigned char* rec0 =
-        reinterpret_cast<const unsigned char*>(p.workspace) + (seq_slot(p.cu_seqlens, seq) * HV + h) * (i64)WS_CHUNK_BYTES;
+        reinterpret_cast<const unsigned char*>(p.workspace) + (uni64(seq_slot(p, seq)) * HV + h) * (i64)WS_CHUNK_BYTES;
     const i64 rec_stride = (i64)HV * WS_CHUNK_BYTES;
 
+    // The state row (a real walk: pool, padding, has_initial_state). A padded sequence's real walk writes zero outputs
+    // for its chunks and leaves (CTA-uniform: nothing of the walk's set-up has happened; a persistent CTA's barriers
+    // keep their phases); summary walks (from zero or the identity, into the workspace) need no row. (Setting c1 = c0
+    // instead would take the chunk range, and every address derived from it, off the uniform datapath.)
+    StateRow sr{0, false, false, false};
+    if constexpr (!SUMMARY) {
+        sr = state_row(p, seq, len, h);
+        if (sr.pad) {
+            const i64 t0 = bos + (i64)c0 * C, t1 = min(eos, bos + (i64)c1 * C);
+            constexpr int PIECES = 8 * WGS;  // 16-byte pieces of the CTA's value columns in a token row
+            for (i64 e = tid; e < (t1 - t0) * PIECES; e += Lay::THREADS)
+                *reinterpret_cast<uint4*>(p.out + ((t0 + e / PIECES) * HV + h) * (i64)D + vload + 8 * (int)(e % PIECES)) =
+                    make_uint4(0u, 0u, 0u, 0u);
+            return;
+        }
+    }
     // Sᵀ rows v0 + 16w + g (+8), columns 8j + 2t (+1).
     float S[64];
-    const i64 sbase = ((seq * HV + h) * D + v0 + 16 * w) * (i64)D;  // typed state / new_state
+    const int srow = v0 + 16 * w + g;                                // value row of S[4j], S[4j + 1]
     const i64 wbase = (i64)(v0 + 16 * w) * D;                        // f32 [128][128] workspace states
-    if (job.init == INIT_STATE && p.state != nullptr && len > 0) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + 8 * j + 2 * t);
-            const float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + 8 * j + 2 * t);
-            S[4 * j] = x0.x; S[4 * j + 1] = x0.y; S[4 * j + 2] = x1.x; S[4 * j + 3] = x1.y;
-        }
+    if (job.init == INIT_STATE && sr.read) {
+        state_rows_load<BF16STATE>(p.state, S, sr.base, srow, t, (p.serving.flags & SV_KFIRST) != 0);
     } else if (job.init == INIT_WS) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -205,6 +316,11 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
         mbar_wait(bar0 + 8 * (lc & 1), ((u32)(lc >> 1) + (bars >> (lc & 1))) & 1u);
         __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)
+        if (p.serving.flags & SV_QK_NORM) {  // (serving) the in-kernel q/k norm of the slot's K (and Q) rows, in place
+            normalize_kq_rows<Lay::THREADS, SUMMARY ? C : 2 * C>(slot + Lay::KQ, tid);
+            fence_proxy_async();
+            __syncthreads();
+        }
         const u32 kq = smem_addr(slot + Lay::KQ), vs = smem_addr(slot + Lay::V) + (u32)(wg * C * 128),
                   rs = smem_addr(slot + Lay::REC);
         const float* egq = reinterpret_cast<const float*>(slot + Lay::REC + WG_E);
@@ -353,14 +469,12 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
                     *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + v0 + 8 * pc) =
                         *reinterpret_cast<const uint4*>(os + r * W2_LDO + 8 * pc);
             }
+            if (p.serving.checkpoint_every > 0) walk_checkpoint<BF16STATE>(p, S, seq, c + 1, bos, eos, h, srow, t);
         }
     }
     if (job.end == END_STATE) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + 8 * j + 2 * t, S[4 * j], S[4 * j + 1]);
-            StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + 8 * j + 2 * t, S[4 * j + 2], S[4 * j + 3]);
-        }
+        // (sr.write, re-derived rather than held across the chunk loop: a padded walk has left already)
+        if (p.serving.pool_indices == nullptr || len > 0) state_rows_store<BF16STATE>(p.new_state, S, sr.base, srow, t, (p.serving.flags & SV_KFIRST) != 0);
     } else if (job.end == END_WS) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -419,8 +533,8 @@ __device__ __forceinline__ void walk_plain(const Prefill64Params& p, const Bid b
     const i64 r = (i64)(bid.x() >> 1) / HV;  // the r-th longest sequence (prep's order), else sequence r
     pdl_wait();  // (the order is the prep's)
     j.seq = chunk64_ordered(p) ? uni64(walk_order(p)[r]) : r;
-    j.bos = p.cu_seqlens[j.seq];
-    j.eos = p.cu_seqlens[j.seq + 1];
+    j.bos = uni64(cu_at(p, j.seq));  // (uni64: the walk's addresses derive from them)
+    j.eos = uni64(cu_at(p, j.seq + 1));
     const i64 len = j.eos > j.bos ? j.eos - j.bos : 0;
     j.c0 = 0;
     j.c1 = (int)((len + C - 1) / C);

@@ -6,13 +6,17 @@
 // GDN_DEVICE_PLAN builds the device plan's kernels (module prefill_dp, PrefillPlanParams).
 //
 // Files, in include order:
-//   params.cuh       PrefillParams and PrefillPlanParams, the chunk and tile constants, a ring slot's shared-memory
-//                    layout, and every tile's launch shape (walk scheme, warps, threads, dynamic shared memory)
-//   producer.cuh     the producer warps' work on one chunk: its loads, and its state-independent preparation
+//   params.cuh       PrefillParams and PrefillPlanParams, cu_seqlens reads, the chunk and tile constants, a ring slot's
+//                    shared-memory layout, and every tile's launch shape (walk scheme, warps, threads, dynamic shared
+//                    memory)
+//   producer.cuh     the producer warps' work on one chunk: its loads (and q/k norm), and its state-independent
+//                    preparation
 //   schedule.cuh     which sequence a CTA runs: longest first, and the split of the longest sequences
-//   walker_ops.cuh   the walkers' per-chunk tensor-core steps (Vn, the outputs, the state update, state in / out)
+//   walker_ops.cuh   the walkers' per-chunk tensor-core steps (Vn, the outputs, the state update), the state's rows
+//                    (pool, padding, layout), its load and store, and the checkpoints
 //   walkers.cuh      the walk schemes: single, mirror (a state and an output walker), k-split
-//   body.cuh         the kernel body: shared-memory carve-up, mbarriers, the producer loop, the walkers' dispatch
+//   body.cuh         the kernel body: the state row, shared-memory carve-up, mbarriers, the producer loop, the
+//                    walkers' dispatch
 //
 // ---------------------------------------------------------------------------------------------------------
 // Math, per (sequence, value head h), chunks of C = 16 tokens, S in [K, V] orientation:
@@ -54,6 +58,21 @@
 // (k-last; fp32 or bf16 by variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory.
 // Value head h reads q/k head h / (HV / H). All offsets are 64-bit.
 //
+// Serving modes (PrefillParams::serving, common/serving.cuh; gdn_core's float64 reference defines them). Each is a
+// uniform branch on the params, outside the walkers' per-chunk chain where it can be (the definition mode pays the
+// branches only):
+//   state pool      walker_ops.cuh state_row: sequence n reads and writes pool row pool_indices[n] (rows
+//                   sv_row_stride apart, in place); padding (by the call's rule, or an index >= num_state_rows) writes
+//                   zero outputs and touches no state (body.cuh); has_initial_state = 0 starts from zeros; an empty
+//                   sequence reads and writes nothing
+//   K-first state   walker_ops.cuh load_state / store_slice: [.., K, V] rows for the state, new_state, checkpoints
+//   gates           precomputed g / alpha and beta (f32, or bf16 beta) in place of a, b, A_log, dt_bias; the
+//                   producers' serving build (body.cuh producer_loop<SV>) loads and converts them
+//   q/k norm        producer.cuh normalize_qk: the slot's K and Q rows, in place, before anything reads them
+//   offsets         int32 or int64 cu_seqlens (params.cuh cu_at)
+//   checkpoints     walker_ops.cuh checkpoint: the state after every checkpoint_every tokens (a multiple of 64, so
+//                   a chunk end), written by the walkers that hold it
+//
 // Numerics: products with S use S rounded to bf16 (as FLA/FlashInfer); T, P, Vn (in the output product) and
 // Z = Sᵀ Kᵀ are carried as hi + lo bf16 pairs, and W is never formed nor rounded to bf16 (X = Z Tgᵀ takes three
 // products instead of one): an fp64 emulation showed these to be the dominant bf16 error terms (with them: output
@@ -62,6 +81,7 @@
 #include "common/gates.cuh"
 #include "common/sm90.cuh"
 #include "common/device_plan.cuh"
+#include "common/serving.cuh"
 #include "prefill_fused/params.cuh"
 #include "prefill_fused/producer.cuh"
 #include "prefill_fused/schedule.cuh"
@@ -93,7 +113,7 @@ namespace gdn_prefill {
 // that runs it lets its successor be dispatched once its longest sequence is known, and needs no wait (the launches
 // before it exit).
 __device__ __forceinline__ bool device_plan_runs(const PrefillPlanParams& pp) {
-    const i64 longest = pp.run_below < 0 ? 0 : longest_seq(pp.p.cu_seqlens, pp.p.num_seqs);
+    const i64 longest = pp.run_below < 0 ? 0 : call_longest_seq(pp.p);
     if (pp.run_below < 0 || longest >= pp.run_below || longest < pp.run_from) {
         pdl_exit();
         return false;

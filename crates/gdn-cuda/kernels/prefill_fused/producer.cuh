@@ -1,13 +1,28 @@
 // prefill_fused/producer.cuh — the producer warps' work on one chunk of 16 tokens: its loads into a ring slot
-// (load_chunk, by cp.async; zero_rows clears the rows a speculative first load must not keep) and its
-// state-independent preparation (compute_chunk: the gates, K Kᵀ and Q Kᵀ on tensor cores, A and P, T = (I + A)⁻¹ by
-// forward substitution), which the walkers read from the slot.
+// (load_chunk, by cp.async; zero_rows clears the rows a speculative first load must not keep; normalize_qk, the
+// in-kernel q/k norm) and its state-independent preparation (compute_chunk: the gates, K Kᵀ and Q Kᵀ on tensor
+// cores, A and P, T = (I + A)⁻¹ by forward substitution), which the walkers read from the slot.
 #pragma once
 
 namespace gdn_prefill {
 
 // ------------------------------------------------------------------ producer: one chunk's loads
-template <int BV>
+// Where a producer lane's gate word comes from (load_chunk): byte address base + ((i & ~odd) << shift) for element
+// i = token·HV + h. Raw gates: lane l < 16 the bf16 pair of a holding it, lane l >= 16 that of b (odd 1, shift 1);
+// precomputed gates (serving): lane l < 16 the f32 g or alpha, lane l >= 16 the f32 beta, or the bf16 pair holding
+// it. Selects, not branches: the chunk loads stay one block.
+struct GateSrc {
+    const unsigned char* base;
+    int odd, shift;
+};
+__device__ __forceinline__ GateSrc gate_src(const PrefillParams& p, int lane) {
+    const ServingParams& sv = p.serving;
+    const bool raw = (sv.flags & SV_GATE_MASK) == 0, half = (lane < 16 ? raw : (sv.flags & SV_BETA_BF16) != 0);
+    const void* base = raw ? (const void*)(lane < 16 ? p.a : p.b) : (lane < 16 ? (const void*)sv.gate : sv.beta);
+    return GateSrc{reinterpret_cast<const unsigned char*>(base), half ? 1 : 0, half ? 1 : 2};
+}
+// SV: the serving build of the producer (body.cuh producer_loop), which also takes precomputed gates.
+template <int BV, bool SV>
 __device__ __forceinline__ void load_chunk(const PrefillParams& p, unsigned char* slot, i64 t0, i64 eos, int hq, int h,
                                            int v0, int lane) {
     // Every lane copies the same 16-byte piece of rows r0, r0 + step, ...: one pointer per lane and tensor, advanced by
@@ -44,16 +59,61 @@ __device__ __forceinline__ void load_chunk(const PrefillParams& p, unsigned char
             vp += RSTEP * row;
         }
     }
-    // Gate inputs: lane l < 16 copies the aligned bf16 pair holding a[t0+l, h], lane l >= 16 the pair holding
-    // b[t0+l-16, h] (HV is even, so the pair lies in the same token row and never past the end). Staging them
-    // through shared memory keeps the producer free of a register that waits on DRAM.
+    // Gate inputs (gate_src): raw gates, lane l < 16 copies the aligned bf16 pair holding a[t0+l, h], lane l >= 16
+    // the pair holding b[t0+l-16, h] (HV is even, so the pair lies in the same token row and never past the end);
+    // precomputed gates, lane l < 16 the f32 g or alpha[t0+l, h], lane l >= 16 the f32 beta[t0+l-16, h] or the bf16
+    // pair holding it. Staging them through shared memory keeps the producer free of a register that waits on DRAM.
     {
         const int HV = p.num_v_heads;
         const i64 tt = t0 + (lane & 15);
         const bool ok = tt < eos;
-        const i64 idx = ok ? ((tt * HV + h) & ~1LL) : 0;
-        cp_async4(smem_addr(slot + Slot<BV>::GATE_OFF) + 4 * lane, (lane < 16 ? p.a : p.b) + idx, ok);
+        if constexpr (SV) {
+            const GateSrc gs = gate_src(p, lane);
+            const i64 gi = ok ? tt * HV + h : 0;
+            cp_async4(smem_addr(slot + Slot<BV>::GATE_OFF) + 4 * lane, gs.base + ((gi & ~(i64)gs.odd) << gs.shift), ok);
+        } else {
+            const i64 idx = ok ? ((tt * HV + h) & ~1LL) : 0;
+            cp_async4(smem_addr(slot + Slot<BV>::GATE_OFF) + 4 * lane, (lane < 16 ? p.a : p.b) + idx, ok);
+        }
     }
+}
+
+// In-kernel q/k L2 norm (SV_QK_NORM): every row of the slot's K and Q tiles becomes bf16(x / sqrt(Σx² + 1e-6)), the
+// sum in fp32 (gdn_core's reference rounds the same way), before anything reads them; zero rows (past the end) stay
+// zero. Lane l takes half l >> 4 of row l & 15 of each tile (8 conflict-free 16-byte loads), the halves' sums meet by
+// one shuffle, and a second pass reloads, scales and stores the half (holding the row in registers would raise every
+// fused kernel's register count: the producer loop's values are live around it). Then __syncwarp: the producer's own
+// products read the rows next.
+__device__ __forceinline__ float bf16_sq2(u32 w) {
+    const float lo = __uint_as_float(w << 16), hi = __uint_as_float(w & 0xffff0000u);
+    return fmaf(lo, lo, hi * hi);
+}
+template <int BV>
+__device__ __forceinline__ void normalize_qk(unsigned char* slot, int lane) {
+    const int r = lane & 15, half = lane >> 4;
+#pragma unroll 1
+    for (int m = 0; m < 2; ++m) {
+        uint4* row = reinterpret_cast<uint4*>(slot + (m ? Slot<BV>::Q_OFF : Slot<BV>::K_OFF) + (r * LDK + 64 * half) * 2);
+        float ss = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint4 x = row[i];
+            ss += (bf16_sq2(x.x) + bf16_sq2(x.y)) + (bf16_sq2(x.z) + bf16_sq2(x.w));
+        }
+        ss += __shfl_xor_sync(0xffffffffu, ss, 16);
+        const float rs = rsqrtf(ss + SV_QK_NORM_EPS);
+#pragma unroll 2
+        for (int i = 0; i < 8; ++i) {
+            const uint4 x = row[i];
+            const u32 w[4] = {x.x, x.y, x.z, x.w};
+            u32 y[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                y[e] = cvt_bf16x2(__uint_as_float(w[e] << 16) * rs, __uint_as_float(w[e] & 0xffff0000u) * rs);
+            row[i] = make_uint4(y[0], y[1], y[2], y[3]);
+        }
+    }
+    __syncwarp();
 }
 
 // Zero rows [from, 16) of a slot's K, Q and V tiles (the gate words need not be: compute_chunk masks them).
@@ -104,13 +164,15 @@ __device__ __forceinline__ void prep_products(const unsigned char* slot, int lan
 
 // The gates: lane l < 16 holds a[token l], lane l >= 16 holds b[token l-16]; every lane evaluates both formulas on its
 // value and keeps the one it owns. log g = −e^{A_log}·softplus(a + dt_bias) (nea = −e^{A_log}), softplus(x) =
-// max(x, 0) + ln(1 + e^{−|x|}); β = 1 / (1 + e^{−b}). γ (the inclusive prefix of the log-decays) and β stay in
-// registers, returned as lane l's γ and β of token l & 15 (A and P take theirs by shuffles: no shared-memory round
-// trip, no __syncwarp); the walkers' decay scalars go to the slot.
+// max(x, 0) + ln(1 + e^{−|x|}); β = 1 / (1 + e^{−b}). Precomputed gates (the serving build, SV): lane l < 16 holds
+// g (log g as given) or alpha (log g = max(ln alpha, −1e4): alpha = 0 stays finite), lane l >= 16 β (f32, or bf16
+// in the pair); selected, not branched on, so the block stays one. γ (the inclusive prefix of the log-decays) and β
+// stay in registers, returned as lane l's γ and β of token l & 15 (A and P take theirs by shuffles: no shared-memory
+// round trip, no __syncwarp); the walkers' decay scalars go to the slot.
 struct ChunkGates {
     float gam, be;  // γ and β of token lane & 15
 };
-template <int BV>
+template <int BV, bool SV>
 __device__ __forceinline__ ChunkGates prep_gates(const PrefillParams& p, unsigned char* slot, int h, int nvalid,
                                                  float dtb, float nea, int lane) {
     const bool valid = (lane & 15) < nvalid;
@@ -119,8 +181,19 @@ __device__ __forceinline__ ChunkGates prep_gates(const PrefillParams& p, unsigne
     const float x = graw + dtb;
     const float sp = fmaxf(x, 0.f) + 0.6931471805599453f * lg2_ftz(1.f + ex2_ftz(-1.4426950408889634f * fabsf(x)));
     const float sg = rcp_ftz(1.f + ex2_ftz(-1.4426950408889634f * graw));
-    float lg = (lane < 16 && valid) ? nea * sp : 0.f;
-    float be = (lane >= 16 && valid) ? sg : 0.f;
+    float lg, be;
+    if constexpr (SV) {
+        const int sflags = p.serving.flags;
+        const float gf = __uint_as_float(gpair);  // (precomputed gates) the f32 word
+        const float lgp = (sflags & SV_GATE_LINEAR) ? fmaxf(0.6931471805599453f * lg2_ftz(gf), -1.0e4f) : gf;
+        const float bep = (sflags & SV_BETA_BF16) ? graw : gf;
+        const bool raw = (sflags & SV_GATE_MASK) == 0;
+        lg = (lane < 16 && valid) ? (raw ? nea * sp : lgp) : 0.f;
+        be = (lane >= 16 && valid) ? (raw ? sg : bep) : 0.f;
+    } else {
+        lg = (lane < 16 && valid) ? nea * sp : 0.f;
+        be = (lane >= 16 && valid) ? sg : 0.f;
+    }
     float gam = lg;
 #pragma unroll
     for (int off = 1; off < 16; off <<= 1) {
@@ -213,12 +286,12 @@ __device__ __forceinline__ void prep_t(unsigned char* slot, const unsigned char*
 
 // One chunk's preparation: the tensor-core products first, the gate math after them in the same basic block (see
 // above).
-template <int BV>
+template <int BV, bool SV>
 __device__ __forceinline__ void compute_chunk(const PrefillParams& p, unsigned char* slot, unsigned char* scr,
                                               int h, int nvalid, float dtb, float nea, int lane) {
     float kk[2][2][4] = {}, qk[2][2][4] = {};
     prep_products<BV>(slot, lane, kk, qk);
-    const ChunkGates cg = prep_gates<BV>(p, slot, h, nvalid, dtb, nea, lane);
+    const ChunkGates cg = prep_gates<BV, SV>(p, slot, h, nvalid, dtb, nea, lane);
     prep_ap<BV>(p, slot, scr, lane, kk, qk, cg);
     __syncwarp();
     prep_t<BV>(slot, scr, lane, cg);

@@ -1,7 +1,8 @@
 // prefill_fused/schedule.cuh — which sequence a fused CTA runs. The plain kernels run CTA group r (blockIdx.x / (HV ·
 // 128 / BV)) on sequence r, in batch order; the longest-first kernels (gdn_prefill_*_lf) on the sequence of rank r by
 // length, and the split kernels (gdn_prefill_*_bv128_sp) also give the longest sequences two CTAs of 64 value rows.
-// lf_rank (warp 0, before the set-up barrier) leaves the CTA's (sequence, bos, eos (, half)) in shared memory.
+// lf_rank (warp 0, before the set-up barrier) leaves the CTA's (sequence, bos, eos (, half)) in shared memory. And the
+// device plan's longest sequence, whatever the offsets' width (call_longest_seq).
 #pragma once
 
 namespace gdn_prefill {
@@ -35,8 +36,8 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
         if (SPLIT && r >= n) {
             seq = -1;  // a spare group (no sequence is split in batch order)
         } else {
-            bos = p.cu_seqlens[r];
-            eos = p.cu_seqlens[r + 1];
+            bos = cu_at(p, r);
+            eos = cu_at(p, r + 1);
         }
     } else {
         i64 b[4], e[4];
@@ -46,8 +47,8 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
         for (int q = 0; q < 4; ++q) {
             const int i = lane + 32 * q;
             const bool ok = i < n;
-            b[q] = ok ? p.cu_seqlens[i] : 0;
-            e[q] = ok ? p.cu_seqlens[i + 1] : 0;
+            b[q] = ok ? cu_at(p, i) : 0;
+            e[q] = ok ? cu_at(p, i + 1) : 0;
         }
         const int nn = (int)n;
         int split = 0;  // (SPLIT) how many of the longest sequences run on two CTAs
@@ -145,6 +146,19 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
         out[2] = eos;
         if (SPLIT) out[3] = half;
     }
+}
+
+// The device plan's longest sequence (common/device_plan.cuh longest_seq) from int64 or int32 cu_seqlens. Whole warps
+// call it; the result is warp-uniform.
+__device__ __forceinline__ i64 call_longest_seq(const PrefillParams& p) {
+    const int lane = threadIdx.x & 31;
+    i64 m = 0;
+#pragma unroll
+    for (int r = 0; r < DEVICE_PLAN_MAX_N / 32; ++r) {
+        const i64 i = (i64)r * 32 + lane;
+        if (i < p.num_seqs) m = max(m, cu_at(p, i + 1) - cu_at(p, i));
+    }
+    return warp_bound<true>(m);
 }
 
 }  // namespace gdn_prefill

@@ -1,6 +1,6 @@
 // prefill_fused/walker_ops.cuh — the walkers' per-chunk steps on tensor cores (mma.sync m16n8k16), shared by the walk
 // schemes of walkers.cuh: ldmatrix lane addresses, Vn = U − X, the outputs and their stores, the state update, and the
-// state slice's load and store.
+// state slice's rows in memory (the pool row, padding), its load and store in either layout, and the checkpoints.
 #pragma once
 
 namespace gdn_prefill {
@@ -164,30 +164,129 @@ __device__ __forceinline__ void state_update(float (&S)[NT][4], const u32 (&kf)[
     }
 }
 
-// Load / store NT k-tiles of 8 of Sᵀ rows vw + g (+8), k columns kb + 8nt + 2t (+1); zeros when there is no state.
-template <int NT, bool BF16STATE>
-__device__ __forceinline__ void load_state(const PrefillParams& p, float (&S)[NT][4], i64 sbase, int kb, int lane,
+// ---- the state's rows in memory
+// Where a CTA's sequence reads and writes its state: `base`, the element offset of its (row, value head h) in state /
+// new_state (64-bit), and whether it reads it (else zeros), writes it, or is padding (output rows zero, nothing read
+// or written). Definition mode: row seq of state (read when present, the sequence is not empty and has_initial_state
+// allows) and of new_state (always written: zeros for an empty sequence). Pool mode (serving.pool_indices):
+// row idx = pool_indices[seq] of the pool (state = new_state, rows sv_row_stride apart); an index that is padding
+// under the call's rule, or >= num_state_rows, makes the sequence padding; an empty sequence reads and writes nothing.
+struct StateRow {
+    i64 base;
+    bool read, write, pad;
+};
+// `idx`: pool_indices[seq] (loaded by the caller, ahead of its use), ignored outside pool mode.
+__device__ __forceinline__ StateRow state_row(const PrefillParams& p, i64 seq, i64 idx, i64 len, int h) {
+    const ServingParams& sv = p.serving;
+    const i64 dense = (i64)p.num_v_heads * (D * D), head = (i64)h * (D * D);
+    StateRow r;
+    if (sv.pool_indices != nullptr) {
+        r.pad = sv_is_pad(sv, idx) || idx >= p.num_state_rows;
+        r.write = !r.pad && len > 0;
+        r.read = r.write && p.state != nullptr && sv_has_initial(sv, seq);
+        r.base = (r.pad ? 0 : idx) * sv_row_stride(sv, dense) + head;
+    } else {
+        r.pad = false;
+        r.write = true;
+        r.read = p.state != nullptr && len > 0 && sv_has_initial(sv, seq);
+        r.base = seq * dense + head;
+    }
+    return r;
+}
+
+// One state element, f32 or bf16 (the K-first layout's pairs along k are D apart).
+template <bool BF16> __device__ __forceinline__ float state_ld1(const void* base, i64 off) {
+    if constexpr (BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[off]);
+    else return reinterpret_cast<const float*>(base)[off];
+}
+template <bool BF16> __device__ __forceinline__ void state_st1(void* base, i64 off, float x) {
+    if constexpr (BF16) reinterpret_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
+    else reinterpret_cast<float*>(base)[off] = x;
+}
+
+// Load / store NT k-tiles of 8 of Sᵀ rows vw + g (+8), k columns kb + 8nt + 2t (+1) at element offset `base` (one
+// (row, head) of a [.., HV, 128, 128] tensor) in the call's layout: k-last ([v][k], adjacent pairs) or K-first
+// (SV_KFIRST, [k][v]: single elements; at sequence start and end only). Zeros when `have` is false.
+template <int NT, bool BF16>
+__device__ __forceinline__ void load_state(const PrefillParams& p, float (&S)[NT][4], i64 base, int vw, int kb, int lane,
                                            bool have) {
     const int g = lane >> 2, t = lane & 3;
+    const bool kfirst = (p.serving.flags & SV_KFIRST) != 0;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        if (have) {
-            const float2 x0 = StateIO<BF16STATE>::load(p.state, sbase + (i64)g * D + kb + 8 * nt + 2 * t);
-            const float2 x1 = StateIO<BF16STATE>::load(p.state, sbase + (i64)(g + 8) * D + kb + 8 * nt + 2 * t);
-            S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
-        } else {
+        const int k = kb + 8 * nt + 2 * t;
+        if (!have) {
             S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
+        } else if (kfirst) {
+            const i64 o = base + (i64)k * D + vw + g;
+            S[nt][0] = state_ld1<BF16>(p.state, o);
+            S[nt][1] = state_ld1<BF16>(p.state, o + D);
+            S[nt][2] = state_ld1<BF16>(p.state, o + 8);
+            S[nt][3] = state_ld1<BF16>(p.state, o + D + 8);
+        } else {
+            const float2 x0 = StateIO<BF16>::load(p.state, base + (i64)(vw + g) * D + k);
+            const float2 x1 = StateIO<BF16>::load(p.state, base + (i64)(vw + g + 8) * D + k);
+            S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
         }
     }
 }
-template <int NT, bool BF16STATE>
-__device__ __forceinline__ void store_state(const PrefillParams& p, const float (&S)[NT][4], i64 sbase, int kb, int lane) {
+template <int NT, bool BF16>
+__device__ __forceinline__ void store_slice(void* dst, const float (&S)[NT][4], i64 base, int vw, int kb, int lane,
+                                            bool kfirst) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)g * D + kb + 8 * nt + 2 * t, S[nt][0], S[nt][1]);
-        StateIO<BF16STATE>::store(p.new_state, sbase + (i64)(g + 8) * D + kb + 8 * nt + 2 * t, S[nt][2], S[nt][3]);
+        const int k = kb + 8 * nt + 2 * t;
+        if (kfirst) {
+            const i64 o = base + (i64)k * D + vw + g;
+            state_st1<BF16>(dst, o, S[nt][0]);
+            state_st1<BF16>(dst, o + D, S[nt][1]);
+            state_st1<BF16>(dst, o + 8, S[nt][2]);
+            state_st1<BF16>(dst, o + D + 8, S[nt][3]);
+        } else {
+            StateIO<BF16>::store(dst, base + (i64)(vw + g) * D + k, S[nt][0], S[nt][1]);
+            StateIO<BF16>::store(dst, base + (i64)(vw + g + 8) * D + k, S[nt][2], S[nt][3]);
+        }
     }
+}
+// The final state to new_state (when the sequence writes it).
+template <int NT, bool BF16STATE>
+__device__ __forceinline__ void store_state(const PrefillParams& p, const float (&S)[NT][4], const StateRow& sr, int vw,
+                                            int kb, int lane) {
+    if (sr.write) store_slice<NT, BF16STATE>(p.new_state, S, sr.base, vw, kb, lane, (p.serving.flags & SV_KFIRST) != 0);
+}
+// Prefix-cache checkpoints (serving.checkpoint_every > 0, a multiple of 64 tokens = 4 chunks): a walker calls this
+// after each chunk behind one uniform branch on the params (the definition mode's chunk loop runs the same
+// instructions plus that branch; a loop nest of checkpoint runs would cost it ~30 instructions). After `done` chunks,
+// when done·C tokens are a multiple of the interval and the sequence has that many, the state (the walker's slice)
+// goes to row checkpoint_starts[seq] + done·C / every − 1 of the checkpoints [rows, HV, 128, 128] (the state's layout;
+// f32 with SV_CKPT_F32, else the state dtype). A walker holds the whole state at every chunk end.
+// The sequence and its tokens are re-read here rather than held in registers across the chunk loop (bv128 has none
+// to spare): the longest-first kernels keep them in shared memory (`lfv`, warp 0's record), the others take the
+// sequence from blockIdx (NVG CTAs per (sequence, head)) and read cu_seqlens again.
+__device__ __forceinline__ int ckpt_chunks(const PrefillParams& p) { return p.serving.checkpoint_every / C; }
+template <int NT, bool BF16STATE, int NVG>
+__device__ __forceinline__ void checkpoint(const PrefillParams& p, const float (&S)[NT][4], const i64* lfv, int done,
+                                           int h, int vw, int kb, int lane) {
+    const ServingParams& sv = p.serving;
+    const int every = ckpt_chunks(p);
+    if (every <= 0 || done % every != 0) return;
+    i64 seq, bos, eos;
+    if (lfv != nullptr) {
+        seq = lfv[0];
+        bos = lfv[1];
+        eos = lfv[2];
+    } else {
+        seq = (i64)(blockIdx.x / (unsigned)(NVG * p.num_v_heads));
+        bos = cu_at(p, seq);
+        eos = cu_at(p, seq + 1);
+    }
+    if ((i64)done * C > eos - bos) return;  // (the last, partial chunk)
+    const i64 row = sv_checkpoint_start(sv, seq) + done / every - 1;
+    const i64 base = (row * p.num_v_heads + h) * (i64)(D * D);
+    const bool kfirst = (sv.flags & SV_KFIRST) != 0;
+    if (sv.flags & SV_CKPT_F32) store_slice<NT, false>(sv.checkpoints, S, base, vw, kb, lane, kfirst);
+    else store_slice<NT, BF16STATE>(sv.checkpoints, S, base, vw, kb, lane, kfirst);
 }
 
 }  // namespace gdn_prefill

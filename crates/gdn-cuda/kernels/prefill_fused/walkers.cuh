@@ -11,19 +11,18 @@ namespace gdn_prefill {
 // Its state slice Sᵀ[16 v][128 k] lives in fp32 mma accumulator fragments (64 registers) for the whole sequence.
 template <int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned char* smem, unsigned char* wstage,
-                                              u32 full0, u32 empty0, i64 seq, int h, int v0, int lane, int warp,
-                                              i64 bos, i64 eos, i64 len, int nch, int start_threads) {
+                                              u32 full0, u32 empty0, const StateRow& sr, const i64* lfv, int h,
+                                              int v0, int lane, int warp, i64 bos, i64 eos, int nch,
+                                              int start_threads) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
     using SL = Slot<BV>;
-    const int HV = p.num_v_heads;
     const int t = lane & 3;
     const int vw = v0 + 16 * warp;
     const WalkerLanes l = walker_lanes<BV>(lane, warp);
     float S[16][4];  // Sᵀ[v][k]: tile nt = k 8nt..8nt+7
-    const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
     if (staged_start<BV>()) named_bar_sync(START_BAR, start_threads);  // after the producers' first loads
-    load_state<16, BF16STATE>(p, S, sbase, 0, lane, p.state != nullptr && len > 0);
+    load_state<16, BF16STATE>(p, S, sr.base, vw, 0, lane, sr.read);
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c % R) * SL::BYTES;
         mbar_wait(full0 + 8 * (c % R), (u32)(c / R) & 1u);
@@ -59,8 +58,9 @@ __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned c
         form_output<BV>(slot, l, t, Y, Vn, O);
         mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
         store_output(p, wstage + warp * WS_BYTES, O, bos + (i64)c * C, eos, h, vw, lane);
+        if (p.serving.checkpoint_every > 0) checkpoint<16, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 0, lane);
     }
-    store_state<16, BF16STATE>(p, S, sbase, 0, lane);  // (zeros for an empty sequence)
+    store_state<16, BF16STATE>(p, S, sr, vw, 0, lane);  // (zeros for an empty sequence in definition mode)
 }
 
 // ---- MIRROR walkers (bv32): ROLE 1, the state walker of rows [vw, vw + 16) (warp wv), runs Z = Sᵀ Kᵀ, U, X, Vn
@@ -69,21 +69,19 @@ __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned c
 // ring behind. One instantiation per role: a role branch inside the unrolled loops makes them 50% slower.
 template <int ROLE, int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
-                                              unsigned char* wstage, u32 full0, u32 empty0, u32 vn0, i64 seq, int h,
-                                              int v0, int lane, int warp, i64 bos, i64 eos, i64 len, int nch,
-                                              int start_threads) {
+                                              unsigned char* wstage, u32 full0, u32 empty0, u32 vn0,
+                                              const StateRow& sr, const i64* lfv, int h, int v0, int lane, int warp,
+                                              i64 bos, i64 eos, int nch, int start_threads) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
     using SL = Slot<BV>;
-    const int HV = p.num_v_heads;
     const int t = lane & 3;
     const int wv = ROLE == 2 ? warp - NW : warp;
     const int vw = v0 + 16 * wv;
     const WalkerLanes l = walker_lanes<BV>(lane, wv);
     float S[16][4];
-    const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
     if (staged_start<BV>()) named_bar_sync(START_BAR, start_threads);  // after the producers' first loads
-    load_state<16, BF16STATE>(p, S, sbase, 0, lane, p.state != nullptr && len > 0);
+    load_state<16, BF16STATE>(p, S, sr.base, vw, 0, lane, sr.read);
     for (int c = 0; c < nch; ++c) {
         unsigned char* slot = smem + (c % R) * SL::BYTES;
         float4* vnx = reinterpret_cast<float4*>(hring + ((c % R) * NW + wv) * handoff_bytes<BV>()) + 2 * lane;
@@ -130,10 +128,12 @@ __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned c
         mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
         if constexpr (ROLE == 2) {
             store_output(p, wstage + wv * WS_BYTES, O, bos + (i64)c * C, eos, h, vw, lane);
+        } else {  // (the state walker writes the checkpoints)
+            if (p.serving.checkpoint_every > 0) checkpoint<16, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 0, lane);
         }
     }
     if constexpr (ROLE == 1) {
-        store_state<16, BF16STATE>(p, S, sbase, 0, lane);  // (zeros for an empty sequence)
+        store_state<16, BF16STATE>(p, S, sr, vw, 0, lane);  // (zeros for an empty sequence in definition mode)
     }
 }
 
@@ -145,19 +145,18 @@ __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned c
 // halves on different sub-partitions. Vn goes to the output walker with the S fragments (n-tile kh from half kh).
 template <int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
-                                             unsigned char* zx, u32 full0, u32 empty0, u32 vn0, u32 sready0, i64 seq,
-                                             int h, int v0, int lane, int warp, i64 len, int nch) {
+                                             unsigned char* zx, u32 full0, u32 empty0, u32 vn0, u32 sready0,
+                                             const StateRow& sr, const i64* lfv, int h, int v0, int lane, int warp,
+                                             int nch) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
     using SL = Slot<BV>;
-    const int HV = p.num_v_heads;
     const int t = lane & 3;
     const int wv = warp >> 1, kh = warp & 1;
     const int vw = v0 + 16 * wv;
     const WalkerLanes l = walker_lanes<BV>(lane, wv);
     float S[8][4];  // Sᵀ[v][64 kh + k]: tile nt = k 8nt..8nt+7 of this half
-    const i64 sbase = ((seq * HV + h) * D + vw) * (i64)D;
-    load_state<8, BF16STATE>(p, S, sbase, 64 * kh, lane, p.state != nullptr && len > 0);
+    load_state<8, BF16STATE>(p, S, sr.base, vw, 64 * kh, lane, sr.read);
     float4* const zmine = reinterpret_cast<float4*>(zx + wv * ZX_BYTES) + (kh * 32 + lane) * 2;  // + parity · 128
     const float4* const zother = reinterpret_cast<const float4*>(zx + wv * ZX_BYTES) + ((1 - kh) * 32 + lane) * 2;
     for (int c = 0; c < nch; ++c) {
@@ -216,8 +215,9 @@ __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsi
             mbar_arrive(vn0 + 8 * (c % R));  // release: the stores above happen-before the output walker's reads
         }
         mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
+        if (p.serving.checkpoint_every > 0) checkpoint<8, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 64 * kh, lane);
     }
-    store_state<8, BF16STATE>(p, S, sbase, 64 * kh, lane);  // (zeros for an empty sequence)
+    store_state<8, BF16STATE>(p, S, sr, vw, 64 * kh, lane);  // (zeros for an empty sequence in definition mode)
 }
 
 // ---- KSPLIT output walker: warp 2NW + wv forms the outputs of rows [vw, vw + 16): Y = Sᵀ Qᵀ from the state

@@ -100,7 +100,10 @@ impl ServingArgs {
         opt("has_initial_state", self.has_initial, 4)?;
         opt("num_accepted_tokens", self.num_accepted, 4)?;
         if self.checkpoint_every > 0 {
-            if self.checkpoint_every % gdn_core::serving::CHECKPOINT_GRANULE != 0 {
+            if !self
+                .checkpoint_every
+                .is_multiple_of(gdn_core::serving::CHECKPOINT_GRANULE)
+            {
                 return Err(bad(
                     "checkpoint_every",
                     format!(
@@ -127,7 +130,7 @@ impl ServingArgs {
                     ),
                 ));
             }
-            if self.state_row_stride % 8 != 0 {
+            if !self.state_row_stride.is_multiple_of(8) {
                 return Err(bad(
                     "state",
                     format!(
@@ -180,7 +183,7 @@ impl ServingArgs {
             gates: p.gates,
             gate: d.gate,
             beta: d.beta,
-            beta_bf16: p.beta_dtype == DType::BF16,
+            beta_bf16: p.gates != GateMode::Raw && p.beta_dtype == DType::BF16,
             qk_l2norm: p.serving.qk_l2norm,
             layout: p.serving.layout,
             pad: p.serving.pad,
@@ -253,12 +256,15 @@ pub struct PrefillArgs {
     pub b: u64,
     pub a_log: u64,
     pub dt_bias: u64,
-    /// i64 [N+1] in device memory.
+    /// i64 [N+1] in device memory (i32 with `serving.cu_i32`).
     pub cu_seqlens: u64,
-    /// 0 = zero initial state.
+    /// 0 = zero initial state; the pool with `serving.pool_indices`.
     pub state: u64,
+    /// Row n per sequence; the pool itself (= `state`) with `serving.pool_indices`.
     pub new_state: u64,
     pub out: u64,
+    /// Rows of `state` (the pool's with `serving.pool_indices`: an index >= this is padding).
+    pub num_state_rows: usize,
     /// Device scratch for the chunk64 plan (`KernelSet::prefill_workspace_bytes`; 256-byte aligned), or 0
     /// when the plan needs none. Not read by the fused plan.
     pub workspace: u64,
@@ -298,7 +304,8 @@ impl RecurrentArgs {
     }
 
     /// Every argument the kernels rely on: required pointers present and aligned, optional ones aligned,
-    /// the scale resolved, enough state rows, the 32-bit fields in range.
+    /// the scale resolved, enough state rows, the 32-bit fields in range, and serving options the kernels
+    /// implement (refused by name otherwise).
     pub fn validate(&self) -> Result<()> {
         for (n, p) in [
             ("q", self.q),
@@ -308,10 +315,13 @@ impl RecurrentArgs {
         ] {
             need(n, p, VEC_ALIGN)?;
         }
-        need("a", self.a, 2)?;
-        need("b", self.b, 2)?;
-        need("A_log", self.a_log, 4)?;
-        need("dt_bias", self.dt_bias, 4)?;
+        // precomputed gates replace a, b, A_log and dt_bias: the kernels then never read them
+        if self.serving.gates == GateMode::Raw {
+            need("a", self.a, 2)?;
+            need("b", self.b, 2)?;
+            need("A_log", self.a_log, 4)?;
+            need("dt_bias", self.dt_bias, 4)?;
+        }
         opt("state", self.state, VEC_ALIGN)?;
         opt("new_state", self.new_state, VEC_ALIGN)?;
         opt("intermediate_states_buffer", self.intermediate, VEC_ALIGN)?;
@@ -320,7 +330,10 @@ impl RecurrentArgs {
         if (self.state != 0 || self.new_state != 0) && self.state_dtype.is_none() {
             return Err(bad("state", "state pointers given without a state dtype"));
         }
-        if self.state_indices == 0 && self.num_state_rows < self.batch {
+        let sv = &self.serving;
+        self.validate_serving()?;
+        sv.validate(self.num_v_heads * self.head_size * self.head_size)?;
+        if self.state_indices == 0 && sv.pool_indices == 0 && self.num_state_rows < self.batch {
             return Err(bad(
                 "state",
                 format!(
@@ -332,6 +345,73 @@ impl RecurrentArgs {
         to_i32("seq_len", self.seq_len)?;
         to_i32("num_q_heads", self.num_q_heads)?;
         to_i32("num_v_heads", self.num_v_heads)?;
+        Ok(())
+    }
+
+    /// The build of recurrent.cu's kernels this call needs: the definition kernels read no serving field, so
+    /// any serving mode that changes what the kernels compute selects a serving build (K-first state tensors:
+    /// the `_kf` kernels). Flags that only describe an absent tensor (int64 indices without a pool, bf16
+    /// beta with raw gates) do not count.
+    pub fn build(&self) -> crate::plan::decode::Build {
+        use crate::plan::decode::Build;
+        let sv = &self.serving;
+        if sv.layout == StateLayout::KFirst {
+            Build::KFirst
+        } else if sv.gates != GateMode::Raw
+            || sv.qk_l2norm
+            || sv.pad != PadRule::Negative
+            || sv.pool_indices != 0
+            || sv.has_initial != 0
+            || sv.num_accepted != 0
+            || sv.state_row_stride != 0
+        {
+            Build::Serving
+        } else {
+            Build::Definition
+        }
+    }
+
+    /// The serving options decode / MTP cannot take, and the combinations that would be ambiguous.
+    fn validate_serving(&self) -> Result<()> {
+        let sv = &self.serving;
+        if sv.checkpoint_every > 0 || sv.checkpoints != 0 || sv.checkpoint_starts != 0 {
+            return Err(bad(
+                "checkpoint_every",
+                "checkpoints are written by prefill only; decode and MTP take none",
+            ));
+        }
+        if sv.cu_i32 {
+            return Err(bad(
+                "cu_seqlens",
+                "decode and MTP take no cu_seqlens (int32 offsets are a prefill option)",
+            ));
+        }
+        if sv.pool_indices != 0 && self.state_indices != 0 {
+            return Err(bad(
+                "state_indices",
+                "pool rows given twice: the serving pool indices and initial_state_indices",
+            ));
+        }
+        if sv.num_accepted != 0 {
+            if self.state_indices == 0 {
+                return Err(bad(
+                    "initial_state_indices",
+                    "spec-decode slots (num_accepted_tokens) need the [B, T] slot indices",
+                ));
+            }
+            if self.intermediate != 0 {
+                return Err(bad(
+                    "intermediate_states_buffer",
+                    "spec-decode slots write each token's state to the pool: give slots or an intermediate buffer, not both",
+                ));
+            }
+            if self.new_state == 0 {
+                return Err(bad(
+                    "new_state",
+                    "spec-decode slots write each token's state into the pool: new_state (the pool) is required",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -355,6 +435,7 @@ impl RecurrentArgs {
             seq_len: self.seq_len as i32,
             num_qk_heads: self.num_q_heads as i32,
             num_v_heads: self.num_v_heads as i32,
+            serving: self.serving.params(),
         }
     }
 }
@@ -374,9 +455,14 @@ impl PrefillArgs {
         }
     }
 
-    /// As `RecurrentArgs::validate`; the token tensors are required only when there are tokens, and
-    /// `cu_seqlens`, `new_state` and the state dtype always.
+    /// As `RecurrentArgs::validate`; the token tensors are required only when there are tokens, the raw gate
+    /// tensors only for raw gates, and `cu_seqlens`, `new_state` and the state dtype always. Serving: the
+    /// serving tensors' pointers and options (`ServingArgs::validate`); a pool (`state_indices`) needs the
+    /// pool as `state` and is updated in place (`new_state` = `state`); a row stride applies to a pool only;
+    /// spec-decode slots are MTP's.
     pub fn validate(&self) -> Result<()> {
+        let sv = &self.serving;
+        let raw = sv.gates == GateMode::Raw;
         if self.total_tokens > 0 {
             for (n, p) in [
                 ("q", self.q),
@@ -386,12 +472,18 @@ impl PrefillArgs {
             ] {
                 need(n, p, VEC_ALIGN)?;
             }
-            need("a", self.a, 2)?;
-            need("b", self.b, 2)?;
+            if raw {
+                need("a", self.a, 2)?;
+                need("b", self.b, 2)?;
+            }
         }
-        need("A_log", self.a_log, 4)?;
-        need("dt_bias", self.dt_bias, 4)?;
-        need("cu_seqlens", self.cu_seqlens, 8)?;
+        if raw {
+            need("A_log", self.a_log, 4)?;
+            need("dt_bias", self.dt_bias, 4)?;
+        }
+        need("cu_seqlens", self.cu_seqlens, if sv.cu_i32 { 4 } else { 8 })?;
+        // the kernels read an int64 offset's low 32-bit word (`cu_at` in the prefill kernels' params.cuh)
+        to_i32("total_tokens (cu_seqlens offsets)", self.total_tokens)?;
         need("new_state", self.new_state, VEC_ALIGN)?;
         opt("state", self.state, VEC_ALIGN)?;
         check_scale(self.scale)?;
@@ -400,6 +492,49 @@ impl PrefillArgs {
         }
         to_i32("num_q_heads", self.num_q_heads)?;
         to_i32("num_v_heads", self.num_v_heads)?;
+        sv.validate(self.num_v_heads * self.head_size * self.head_size)?;
+        if sv.num_accepted != 0 {
+            return Err(bad(
+                "num_accepted_tokens",
+                "spec-decode slots are MTP's; prefill takes state_indices",
+            ));
+        }
+        if sv.pool_indices != 0 {
+            if self.state == 0 {
+                return Err(bad(
+                    "state",
+                    "state_indices index a state pool: give the pool as state",
+                ));
+            }
+            if self.new_state != self.state {
+                return Err(bad(
+                    "new_state",
+                    "a state pool is updated in place: new_state must be the pool (state)",
+                ));
+            }
+            i64::try_from(self.num_state_rows)
+                .map_err(|_| bad("state", "pool rows do not fit the kernel's 64-bit field"))?;
+        } else if sv.state_row_stride != 0 {
+            return Err(bad(
+                "state",
+                "a row stride applies to a state pool (state_indices)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// What a plan adds to `validate`: the fused kernels copy bf16 gate inputs as aligned 4-byte pairs (so a
+    /// bf16 `beta` must be 4-byte aligned where a fused tile may run).
+    pub fn validate_plan(&self, plan: &PrefillPlan) -> Result<()> {
+        let sv = &self.serving;
+        let fused = match plan {
+            PrefillPlan::Fused { .. } => true,
+            PrefillPlan::Device(d) => d.fused.is_some() || d.fused_skew.is_some(),
+            _ => false,
+        };
+        if fused && sv.gates != GateMode::Raw && sv.beta_bf16 {
+            need("beta", sv.beta, 4)?;
+        }
         Ok(())
     }
 
@@ -421,6 +556,8 @@ impl PrefillArgs {
             num_q_heads: self.num_q_heads as i32,
             num_v_heads: self.num_v_heads as i32,
             lead_rows: self.total_tokens.min(registry::prefill::CHUNK) as i32,
+            num_state_rows: self.num_state_rows as i64,
+            serving: self.serving.params(),
         }
     }
 
@@ -444,6 +581,8 @@ impl PrefillArgs {
             num_q_heads: self.num_q_heads as i32,
             num_v_heads: self.num_v_heads as i32,
             seg_chunks: 0,
+            num_state_rows: self.num_state_rows as i64,
+            serving: self.serving.params(),
         }
     }
 
@@ -545,6 +684,7 @@ impl Args {
                 state: d.state,
                 new_state: d.new_state,
                 out: d.out,
+                num_state_rows: p.dims.state_rows,
                 workspace: d.workspace,
                 workspace_bytes: d.workspace_bytes,
                 num_seqs: p.dims.num_seqs,

@@ -71,7 +71,7 @@ const _: () = {
     assert!(offset_of!(ServingParams, checkpoint_every) == 68);
 };
 
-/// `struct RecurrentParams` of `kernels/recurrent.cu` (decode and MTP), 128 bytes.
+/// `struct RecurrentParams` of `kernels/recurrent.cu` (decode and MTP), 200 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RecurrentParams {
@@ -81,15 +81,15 @@ pub struct RecurrentParams {
     pub k: u64,
     /// bf16 [B, T, HV, 128]
     pub v: u64,
-    /// bf16 [B, T, HV]
+    /// bf16 [B, T, HV] (raw gates only)
     pub a: u64,
-    /// bf16 [B, T, HV]
+    /// bf16 [B, T, HV] (raw gates only)
     pub b: u64,
-    /// f32 [HV]
+    /// f32 [HV] (raw gates only)
     pub a_log: u64,
-    /// f32 [HV]
+    /// f32 [HV] (raw gates only)
     pub dt_bias: u64,
-    /// f32|bf16 [rows, HV, 128, 128] k-last, or 0 (zero initial state)
+    /// f32|bf16 [rows, HV, 128, 128] in the kernel's layout (k-last, or K-first for `_kf`), or 0 (zeros)
     pub state: u64,
     /// same dtype/layout as state, or 0 (not written); may equal `state`
     pub new_state: u64,
@@ -97,7 +97,7 @@ pub struct RecurrentParams {
     pub intermediate: u64,
     /// bf16 [B, T, HV, 128]
     pub out: u64,
-    /// i32 [B] pool row per request (negative = padding), or 0 (row = b)
+    /// i32 [B] pool row per request, or [B, T] spec-decode slots (`serving.num_accepted` set), or 0 (row = b)
     pub state_indices: u64,
     /// B
     pub batch: i64,
@@ -111,6 +111,8 @@ pub struct RecurrentParams {
     pub num_qk_heads: i32,
     /// HV
     pub num_v_heads: i32,
+    /// serving modes; all zero = the definitions
+    pub serving: ServingParams,
 }
 
 const _: () = {
@@ -133,9 +135,10 @@ const _: () = {
     assert!(offset_of!(RecurrentParams, seq_len) == 116);
     assert!(offset_of!(RecurrentParams, num_qk_heads) == 120);
     assert!(offset_of!(RecurrentParams, num_v_heads) == 124);
+    assert!(offset_of!(RecurrentParams, serving) == 128);
 };
 
-/// `struct PrefillParams` of `kernels/prefill_fused/params.cuh`, 112 bytes.
+/// `struct PrefillParams` of `kernels/prefill_fused/params.cuh`, 192 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PrefillParams {
@@ -145,19 +148,19 @@ pub struct PrefillParams {
     pub k: u64,
     /// bf16 [T, HV, 128]
     pub v: u64,
-    /// bf16 [T, HV]
+    /// bf16 [T, HV], or 0 (precomputed gates)
     pub a: u64,
-    /// bf16 [T, HV]
+    /// bf16 [T, HV], or 0 (precomputed gates)
     pub b: u64,
-    /// f32 [HV]
+    /// f32 [HV], or 0 (precomputed gates)
     pub a_log: u64,
-    /// f32 [HV]
+    /// f32 [HV], or 0 (precomputed gates)
     pub dt_bias: u64,
-    /// i64 [N+1], device memory
+    /// i64 (i32 with `sv::CU_I32`) [N+1], device memory
     pub cu_seqlens: u64,
-    /// f32|bf16 [N, HV, 128, 128] k-last, or 0 (zeros)
+    /// f32|bf16 [rows, HV, 128, 128] in the call's layout, or 0 (zeros)
     pub state: u64,
-    /// same dtype as state; every row written
+    /// same dtype and layout as state: row n per sequence, or the pool itself (pool mode)
     pub new_state: u64,
     /// bf16 [T, HV, 128]
     pub out: u64,
@@ -172,6 +175,10 @@ pub struct PrefillParams {
     /// min(T, 16): token rows that exist in q/k/v/a/b whatever `cu_seqlens` says, so that sequence 0's first
     /// chunk can be loaded before `cu_seqlens` arrives (0 disables that)
     pub lead_rows: i32,
+    /// rows of `state` (the pool's in pool mode): a pool index >= this is padding
+    pub num_state_rows: i64,
+    /// the serving modes (zero: the definition mode)
+    pub serving: ServingParams,
 }
 
 const _: () = {
@@ -192,9 +199,12 @@ const _: () = {
     assert!(offset_of!(PrefillParams, num_q_heads) == 100);
     assert!(offset_of!(PrefillParams, num_v_heads) == 104);
     assert!(offset_of!(PrefillParams, lead_rows) == 108);
+    assert!(offset_of!(PrefillParams, num_state_rows) == 112);
+    assert!(offset_of!(PrefillParams, serving) == 120);
 };
 
-/// `struct Prefill64Params` of `kernels/prefill_chunk64/params.cuh` (both kernels of the chunk64 prefill plan), 128 bytes.
+/// `struct Prefill64Params` of `kernels/prefill_chunk64/params.cuh` (every kernel of the chunk64 and cp prefill plans),
+/// 208 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Prefill64Params {
@@ -204,19 +214,19 @@ pub struct Prefill64Params {
     pub k: u64,
     /// bf16 [T, HV, 128]
     pub v: u64,
-    /// bf16 [T, HV]
+    /// bf16 [T, HV], or 0 (precomputed gates)
     pub a: u64,
-    /// bf16 [T, HV]
+    /// bf16 [T, HV], or 0 (precomputed gates)
     pub b: u64,
-    /// f32 [HV]
+    /// f32 [HV], or 0 (precomputed gates)
     pub a_log: u64,
-    /// f32 [HV]
+    /// f32 [HV], or 0 (precomputed gates)
     pub dt_bias: u64,
-    /// i64 [N+1], device memory
+    /// i64 (i32 with `sv::CU_I32`) [N+1], device memory
     pub cu_seqlens: u64,
-    /// f32|bf16 [N, HV, 128, 128] k-last (dtype by walk variant), or 0 (zeros)
+    /// f32|bf16 [rows, HV, 128, 128] in the call's layout (dtype by walk variant), or 0 (zeros)
     pub state: u64,
-    /// same shape and dtype as state; every row written
+    /// same dtype and layout as state: row n per sequence, or the pool itself (pool mode)
     pub new_state: u64,
     /// bf16 [T, HV, 128]
     pub out: u64,
@@ -235,6 +245,10 @@ pub struct Prefill64Params {
     pub num_v_heads: i32,
     /// context-parallel kernels: chunks per segment L >= 1 (the prep and the plain walk ignore it; 0)
     pub seg_chunks: i32,
+    /// rows of `state` (the pool's in pool mode): a pool index >= this is padding
+    pub num_state_rows: i64,
+    /// the serving modes (zero: the definition mode)
+    pub serving: ServingParams,
 }
 
 const _: () = {
@@ -258,12 +272,13 @@ const _: () = {
     assert!(offset_of!(Prefill64Params, num_q_heads) == 116);
     assert!(offset_of!(Prefill64Params, num_v_heads) == 120);
     assert!(offset_of!(Prefill64Params, seg_chunks) == 124);
+    assert!(offset_of!(Prefill64Params, num_state_rows) == 128);
+    assert!(offset_of!(Prefill64Params, serving) == 136);
 };
 
-/// `struct PrefillPlanParams` of `kernels/prefill_fused`'s device-plan build (`GDN_DEVICE_PLAN`), 128 bytes: the
+/// `struct PrefillPlanParams` of `kernels/prefill_fused`'s device-plan build (`GDN_DEVICE_PLAN`), 208 bytes: the
 /// params, then `run_below` and `run_from`: the fused kernel runs the call only when its longest sequence X has
-/// run_from <= X < run_below tokens (`run_below` < 0: never; the device plan). 128 bytes at most: a longer params
-/// struct changes ptxas's code for the walks.
+/// run_from <= X < run_below tokens (`run_below` < 0: never; the device plan).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PrefillPlanParams {
@@ -274,11 +289,11 @@ pub struct PrefillPlanParams {
 
 const _: () = {
     assert!(size_of::<PrefillPlanParams>() as u64 == params_size::PREFILL_PLAN);
-    assert!(offset_of!(PrefillPlanParams, run_below) == 112);
-    assert!(offset_of!(PrefillPlanParams, run_from) == 120);
+    assert!(offset_of!(PrefillPlanParams, run_below) == 192);
+    assert!(offset_of!(PrefillPlanParams, run_from) == 200);
 };
 
-/// `struct Prefill64PlanParams` of `kernels/prefill_chunk64`'s device-plan build, 224 bytes: the params (with
+/// `struct Prefill64PlanParams` of `kernels/prefill_chunk64`'s device-plan build, 304 bytes: the params (with
 /// `seg_chunks` = 0), then the thresholds the longest sequence's length X is compared with (tokens; i64::MAX:
 /// never): X < `plan_from`, these launches exit; < `plan_cp_from`, chunk64; else cp with L from `plan_cp_l_lo` at
 /// X = plan_cp_from, linearly in X, to `plan_cp_l_hi` at X = T (`plan::prefill::Thresholds::seg_chunks_at`).
@@ -300,12 +315,12 @@ pub struct Prefill64PlanParams {
 
 const _: () = {
     assert!(size_of::<Prefill64PlanParams>() as u64 == params_size::PREFILL64_PLAN);
-    assert!(offset_of!(Prefill64PlanParams, plan_from) == 128);
-    assert!(offset_of!(Prefill64PlanParams, plan_cp_from) == 136);
-    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_lo) == 144);
-    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_hi) == 148);
-    assert!(offset_of!(Prefill64PlanParams, claimed) == 152);
-    assert!(offset_of!(Prefill64PlanParams, vgrid) == 160);
+    assert!(offset_of!(Prefill64PlanParams, plan_from) == 208);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_from) == 216);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_lo) == 224);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_hi) == 228);
+    assert!(offset_of!(Prefill64PlanParams, claimed) == 232);
+    assert!(offset_of!(Prefill64PlanParams, vgrid) == 240);
 };
 
 /// The `static_assert(sizeof(...))` each .cu file must carry, checked against the embedded sources by the
@@ -313,7 +328,7 @@ const _: () = {
 pub const CUDA_SIZE_ASSERTS: &[(&str, &str)] = &[
     (
         "recurrent.cu",
-        "static_assert(sizeof(RecurrentParams) == 128",
+        "static_assert(sizeof(RecurrentParams) == 200",
     ),
     // the kernels' params.cuh files state their sizes in comments; the registry appends a size check of every
     // params struct to each compile (`registry::MODULE_CONSTANTS`), so a mismatch fails the compile anyway.

@@ -19,9 +19,11 @@ impl KernelSet {
     /// Launches prefill on `stream`: the plan's kernels, in order (with the `GDN_KERNEL` override, if set).
     ///
     /// # Safety
-    /// As `launch_recurrent`; `cu_seqlens` must hold `num_seqs + 1` valid, non-decreasing offsets ending at
-    /// `total_tokens` (the kernel reads them on the device; they are not checked here); `workspace` must
-    /// address `workspace_bytes` bytes of device memory that nothing else uses until the kernels have run.
+    /// As `launch_recurrent`; `cu_seqlens` (int64, or int32 with `serving.cu_i32`) must hold `num_seqs + 1`
+    /// valid, non-decreasing offsets ending at `total_tokens` (the kernel reads them on the device; they are not
+    /// checked here), and the serving tensors' values (pool rows, checkpoint row starts) must be in range (pool
+    /// indices past `num_state_rows` are taken as padding); `workspace` must address `workspace_bytes` bytes of
+    /// device memory that nothing else uses until the kernels have run.
     pub unsafe fn launch_prefill(
         &self,
         args: &PrefillArgs,
@@ -62,6 +64,7 @@ impl KernelSet {
             return Ok(info);
         }
         args.validate_workspace(plan)?;
+        args.validate_plan(plan)?;
         match plan {
             PrefillPlan::Fused { variant } => {
                 let params = args.params();

@@ -1,9 +1,12 @@
-//! Decode and MTP calls: one recurrent kernel launch, chosen by the policy for the arguments' shape.
+//! Decode and MTP calls: one recurrent kernel launch, chosen by the policy for the arguments' shape and the
+//! build their serving modes need (`RecurrentArgs::build`: the definition kernels, their `_sv` builds, or the
+//! K-first `_kf` kernels).
 
 use crate::abi::args::RecurrentArgs;
 use crate::abi::params::RecurrentParams;
 use crate::exec::kernel_set::KernelSet;
 use crate::exec::launch::LaunchInfo;
+use crate::plan::select;
 use cudarc::driver::sys;
 use gdn_core::Result;
 use std::ffi::c_void;
@@ -20,7 +23,8 @@ impl KernelSet {
         stream: sys::CUstream,
     ) -> Result<LaunchInfo> {
         args.validate()?;
-        let choice = self.choose(&args.shape())?;
+        let choice =
+            select::choose_recurrent(&args.shape(), &self.caps, self.env_override(), args.build())?;
         let params = args.params();
         self.launch(
             &choice,

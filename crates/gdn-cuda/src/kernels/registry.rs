@@ -407,13 +407,13 @@ pub const DP_LAUNCHES: usize = 5;
 /// Bytes of each params struct (`sizeof` on the CUDA side, checked by every compile; `abi::params` asserts
 /// its `#[repr(C)]` mirrors have the same sizes).
 pub mod params_size {
-    pub const RECURRENT: u64 = 128;
-    pub const PREFILL: u64 = 112;
-    pub const PREFILL64: u64 = 128;
+    pub const RECURRENT: u64 = 200;
+    pub const PREFILL: u64 = 192;
+    pub const PREFILL64: u64 = 208;
     /// `PrefillPlanParams` (the device plan's fused builds).
-    pub const PREFILL_PLAN: u64 = 128;
+    pub const PREFILL_PLAN: u64 = 208;
     /// `Prefill64PlanParams` (the device plan's prefill64 builds).
-    pub const PREFILL64_PLAN: u64 = 224;
+    pub const PREFILL64_PLAN: u64 = 304;
 }
 
 /// Module-wide constants (not tied to one kernel) that the table states as C++ expressions:
@@ -691,6 +691,27 @@ pub static VARIANTS: &[Variant] = &[
     recurrent("gdn_recurrent_f32_tn_v8r4w2_lin",  Mtp,    F32,   Linear,    2,     8,         true),
     recurrent("gdn_recurrent_bf16_tn_v4r4w2",     Mtp,    BF16,  HeadMajor, 2,     16,        true),
     recurrent("gdn_recurrent_bf16_tn_v4r4w2_lin", Mtp,    BF16,  Linear,    2,     16,        true),
+    // serving builds, k-last state (`_sv`: the definition kernel's launch; calls with any serving mode)
+    recurrent("gdn_recurrent_f32_t1_v4r2w8_sv",      Decode, F32,   HeadMajor, 8,     8,         true),
+    recurrent("gdn_recurrent_f32_t1_v4r2w4_sv",      Decode, F32,   HeadMajor, 4,     16,        true),
+    recurrent("gdn_recurrent_f32_t1_v8r4w4_sv",      Decode, F32,   HeadMajor, 4,     4,         true),
+    recurrent("gdn_recurrent_f32_t1_v8r4w1_lin_sv",  Decode, F32,   Linear,    1,     16,        true),
+    recurrent("gdn_recurrent_bf16_t1_v8r2w4_sv",     Decode, BF16,  HeadMajor, 4,     8,         true),
+    recurrent("gdn_recurrent_bf16_t1_v8r4w2_sv",     Decode, BF16,  HeadMajor, 2,     8,         true),
+    recurrent("gdn_recurrent_bf16_t1_v8r4w4_lin_sv", Decode, BF16,  Linear,    4,     4,         true),
+    recurrent("gdn_recurrent_f32_tn_v8r4w2_sv",      Mtp,    F32,   HeadMajor, 2,     8,         true),
+    recurrent("gdn_recurrent_f32_tn_v8r4w2_lin_sv",  Mtp,    F32,   Linear,    2,     8,         true),
+    recurrent("gdn_recurrent_bf16_tn_v4r4w2_sv",     Mtp,    BF16,  HeadMajor, 2,     16,        true),
+    recurrent("gdn_recurrent_bf16_tn_v4r4w2_lin_sv", Mtp,    BF16,  Linear,    2,     16,        true),
+    // serving builds, K-first state (`_kf`: calls with K-first state tensors, `plan::decode::RECURRENT_KFIRST_TABLE`)
+    recurrent("gdn_recurrent_f32_t1_v8r4w4_kf",      Decode, F32,   HeadMajor, 4,     4,         true),
+    recurrent("gdn_recurrent_f32_t1_v8r4w1_lin_kf",  Decode, F32,   Linear,    1,     16,        true),
+    recurrent("gdn_recurrent_bf16_t1_v4r8w4_kf",     Decode, BF16,  HeadMajor, 4,     4,         true),
+    recurrent("gdn_recurrent_bf16_t1_v4r8w4_lin_kf", Decode, BF16,  Linear,    4,     4,         true),
+    recurrent("gdn_recurrent_f32_tn_v8r4w2_kf",      Mtp,    F32,   HeadMajor, 2,     8,         true),
+    recurrent("gdn_recurrent_f32_tn_v8r4w2_lin_kf",  Mtp,    F32,   Linear,    2,     8,         true),
+    recurrent("gdn_recurrent_bf16_tn_v4r8w2_kf",     Mtp,    BF16,  HeadMajor, 2,     8,         true),
+    recurrent("gdn_recurrent_bf16_tn_v4r8w2_lin_kf", Mtp,    BF16,  Linear,    2,     8,         true),
     //            name                     state BV  other warps  dynamic smem
     prefill_tile!("gdn_prefill_f32_bv16",  F32,  16, 7,           225_696),
     prefill_tile!("gdn_prefill_f32_bv32",  F32,  32, 6,           159_000),

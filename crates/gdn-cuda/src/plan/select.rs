@@ -16,3 +16,15 @@ pub fn choose(s: &Shape, caps: &DeviceCaps, force: Option<&str>) -> Result<Launc
         Op::Decode | Op::Mtp => decode::choose(s, caps, force),
     }
 }
+
+/// The kernel of a decode / MTP call `s` that needs recurrent.cu's `build` (`choose` assumes the definition
+/// build: a call without serving modes); `force` as for `choose`.
+pub fn choose_recurrent(
+    s: &Shape,
+    caps: &DeviceCaps,
+    force: Option<&str>,
+    build: decode::Build,
+) -> Result<Launch, Rejection> {
+    let force = force.filter(|f| *f != HOST_PLAN_OVERRIDE);
+    decode::choose_build(s, caps, force, build)
+}

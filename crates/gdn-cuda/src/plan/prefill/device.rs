@@ -14,8 +14,8 @@
 //! after another — the fused kernel (`PrefillPlanParams::run_below = run_from`; two fused tiles where the model's
 //! tile changes below `run_from`, the second from `tile_from`), then the prefill64 prep, the chunk64 walk and the cp
 //! passes (`Prefill64PlanParams::plan_*`), each from its file's device-plan build (`registry::device_plan_module`:
-//! the default builds keep ≤ 128-byte params and their code) — and every CTA reads X from `cu_seqlens`
-//! (`kernels/common/device_plan.cuh`, one warp, N ≤ `DEVICE_PLAN_MAX_N`) and exits unless the call is its launch's.
+//! the default builds run without the guard) — and every CTA reads X from `cu_seqlens` (one warp, the kernels'
+//! `call_longest_seq`, int32 or int64 offsets, N ≤ `DEVICE_PLAN_MAX_N`) and exits unless the call is its launch's.
 //! The cp launches are sized for the shortest cp segment length the device can choose (`cp_l_lo`, the model's L at
 //! X = cp_from); the device interpolates L linearly in X up to the model's L at X = T (`cp_l_hi`), so the grids and
 //! workspace always suffice. No host read, no sync: CUDA-graph capture stays possible.
