@@ -17,7 +17,9 @@ struct GateSrc {
 };
 __device__ __forceinline__ GateSrc gate_src(const PrefillParams& p, int lane) {
     const ServingParams& sv = p.serving;
-    const bool raw = (sv.flags & SV_GATE_MASK) == 0, half = (lane < 16 ? raw : (sv.flags & SV_BETA_BF16) != 0);
+    // raw gates: both a and b are bf16 pairs; precomputed: g / alpha f32, beta f32 or a bf16 pair
+    const bool raw = (sv.flags & SV_GATE_MASK) == 0,
+               half = raw || (lane >= 16 && (sv.flags & SV_BETA_BF16) != 0);
     const void* base = raw ? (const void*)(lane < 16 ? p.a : p.b) : (lane < 16 ? (const void*)sv.gate : sv.beta);
     return GateSrc{reinterpret_cast<const unsigned char*>(base), half ? 1 : 0, half ? 1 : 2};
 }
