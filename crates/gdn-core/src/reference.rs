@@ -227,7 +227,9 @@ impl Ctx<'_> {
             return x;
         }
         let r = 1.0 / (x.iter().map(|e| e * e).sum::<f64>() + QK_NORM_EPS as f64).sqrt();
-        x.iter().map(|&e| bf16::from_f32((e * r) as f32).to_f64()).collect()
+        x.iter()
+            .map(|&e| bf16::from_f32((e * r) as f32).to_f64())
+            .collect()
     }
     fn gates(&self, t: usize, h: usize) -> (f64, f64) {
         gates_f64(self.p, self.x, t, h)
