@@ -401,11 +401,12 @@ def test_mtp_slot_errors():
         (dict(idx=np.array([1, 2], np.int32), num_accepted_tokens=acc), ValueError, "num_accepted_tokens"),
         (dict(idx=np.array([[1, -1], [3, 4]], np.int32), num_accepted_tokens=acc), ValueError,
          "initial_state_indices"),  # request 0 reads slot [0, 1], which is padding
-        (dict(idx=np.array([1, 0], np.int32), pad="null-slot"), ValueError, "pad"),  # definition mode: no padding
     ]:
         with pytest.raises(cls, match=f"'{arg}'"):
             call(**kw)
         assert np.array_equal(pool, before)
+    call(idx=np.array([1, 0], np.int32), pad="null-slot")  # padding by the rule in the definition mode too
+    assert np.array_equal(pool, before)
     with pytest.raises(ValueError, match="'intermediate_states_buffer'"):
         call(num_accepted_tokens=acc, intermediate_states_buffer=np.zeros((6, 2, 8, D, D), np.float32))
 
