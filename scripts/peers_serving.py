@@ -31,8 +31,17 @@ untouched, a NaN guard row after the checkpoints (the padding check, pad-info, i
 that fails its check, or raises, is not timed; its cells say why ("unsupported: ..." for FlashInfer,
 "error: ..." / "check failed: ..." otherwise). Each prefill workload is also cross-checked against gdn's
 definition call before timing.
-Writes $OUT/peers_serving.json; prints one line per row: label, gdn serving us, gdn def us, FlashInfer us,
-ratio. Env: SERVING_ITERS (20), SERVING_MIX_ITERS (10), SERVING_BUDGET_S (230), SERVING_MIX_STRIDE (1).
+Writes $OUT/peers_serving.json after the checks and after every row (a run cut short keeps what it measured);
+prints one line per row: label, gdn serving us, gdn def us, FlashInfer us, ratio. Every library call runs inside
+try/except: a failure becomes that cell's reason and the run goes on.
+Time budget (SERVING_BUDGET_S, seconds from the start): the checks always run; then each section gets an equal
+share of what is left (time a section leaves unused goes to the next) and starts no row past its share; a row
+already started warms up no further candidate past the budget plus min(30 s, 10 %). FlashInfer's CuTe-DSL kernels
+compile on their first call in each process (in-memory cache only), so first calls (checks' "call_s") and the
+first row of each shape are slow.
+Env (flag): SERVING_ITERS (--iters, 20), SERVING_MIX_ITERS (--mix-iters, 10), SERVING_BUDGET_S (--budget, 230),
+SERVING_MIX_STRIDE (--mix-stride, 1), SERVING_SECTIONS (--sections, decode,verify,prefill), SERVING_DECODE_B
+(--decode-b, 1,4,16,64,256), SERVING_VERIFY_B (--verify-b, 16,64), SERVING_VERIFY_T (--verify-t, 2,4,8).
 
 FlashInfer 0.7.2 entry points relied on (flashinfer/gdn_decode.py, flashinfer/gdn_prefill.py):
   gdn_decode.gated_delta_rule_decode_pretranspose(q, k, v, state, A_log, a, dt_bias, b, scale=None,
@@ -47,9 +56,12 @@ FlashInfer 0.7.2 entry points relied on (flashinfer/gdn_decode.py, flashinfer/gd
       scale=None, output=None, intermediate_states_buffer=None, ssm_state_indices=None,
       disable_state_update=None, use_qk_l2norm=True, output_state_indices=None, cache_replayssm=False, ...)
       -> (output, initial_state)
-    fp32 pool only; intermediate_states_buffer [>=B, >=T, HV, V, K] fp32 indexed by batch row b (gdn's is
-    [pool, T, HV, V, K] indexed by pool row); ssm_state_indices [B, T] int32 writes the state after token t
-    to pool row ssm_state_indices[b, t] (needs disable_state_update=False; the final write-back is skipped).
+    fp32 pool only; intermediate_states_buffer [>=B, T, HV, V, K] fp32 contiguous, indexed by batch row b
+    (the kernel's flat row is (b*T + t)*HV + h, so dim 1 must be exactly T; gdn's buffer is [pool, T, HV, V, K]
+    indexed by pool row); ssm_state_indices [B, T] int32 writes the state after token t to pool row
+    ssm_state_indices[b, t] (needs disable_state_update=False, T >= 2, no buffer; the final write-back is
+    skipped). The index tensors are compiled as 16-byte aligned (from_dlpack(assumed_align=16)): each is its
+    own allocation here. disable_state_update=None warns and means True: always passed explicitly here.
   gdn_prefill.chunk_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None,
       output_final_state=False, cu_seqlens=None, use_qk_l2norm_in_kernel=False, output=None,
       output_state=None, state_checkpoints=None, checkpoint_cu_starts=None, checkpoint_every_n_tokens=0,
@@ -58,6 +70,8 @@ FlashInfer 0.7.2 entry points relied on (flashinfer/gdn_decode.py, flashinfer/gd
     g = linear decay alpha = exp(g_log) fp32 [T, HV], beta fp32 post-sigmoid; with state_indices the pool is
     both initial_state and output_state (must be passed); checkpoint j of sequence s (state after (j+1)*n
     tokens, n a multiple of 64) goes to row checkpoint_cu_starts[s] + j of state_checkpoints [C, HV, V, K].
+    max_seqlen must be a Python int in [ceil(T/N), T]. On SM90 N*HV*2 < SMs (N <= 8 here on 132 SMs) takes the
+    context-parallel path (four kernels), otherwise one fused kernel; both take state_indices and checkpoints.
   Not compared: FlashInfer's bf16-pool verify (gdn's intermediate buffer is fp32 only).
 gdn calls: all in gdn_call() below (docs/python.md): decode/prefill take state_indices, alpha/beta,
 use_qk_l2norm_in_kernel, checkpoint_every/checkpoint_cu_starts/checkpoints; mtp takes update_pool and
@@ -96,6 +110,11 @@ def save():
 
 def left():
     return ARGS.budget - (time.time() - T0)
+
+
+def grace():
+    """How far past the budget a row that started before it may go on warming up candidates."""
+    return min(30.0, 0.1 * ARGS.budget)
 
 
 # ---------------------------------------------------------------- adapters: every library call of the script
@@ -218,6 +237,8 @@ def learn_flush():
             FLUSH.zero_()
             torch.cuda.synchronize()
         names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+        if any("FillFunctor" in n for n in names):  # the fill kernel alone, should anything else show up
+            names = {n for n in names if "FillFunctor" in n}
         if names:
             FLUSH_NAMES.update(names)
             RES["flush_kernels"] = sorted(names)
@@ -229,10 +250,17 @@ def kernel_tier(fns, iters):
     """{label: {kernel_us, kernel_sum_us, span_us, kernels}} for every callable of `fns`, all in one profiler
     session: per candidate 3 warm-up calls, then `iters` calls each after an L2 flush."""
     from torch.profiler import profile, ProfilerActivity
-    for fn in fns.values():
+    late = {}
+    for label in list(fns):
+        if left() < -grace():  # a started row may overrun the budget by the grace, no further
+            late[label] = "not timed: time budget reached before its warm-up"
+            fns = {k: f for k, f in fns.items() if k != label}
+            continue
         for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
+            fns[label]()
+        torch.cuda.synchronize()
+    if not fns:
+        return late
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for fn in fns.values():
             for _ in range(iters):
@@ -247,7 +275,7 @@ def kernel_tier(fns, iters):
         if not fl and ("Memset" in e.name or "Memcpy" in e.name):
             continue
         evs.append((e.time_range.start, e.time_range.end, fl, e.name))
-    return tier_stats(evs, list(fns), iters)
+    return {**tier_stats(evs, list(fns), iters), **late}
 
 
 def tier_stats(evs, labels, iters):
@@ -303,7 +331,11 @@ def time_fns(fns, iters):
 
 
 # ---------------------------------------------------------------- checks
+LAST_CALL_S = [None]  # wall time of the latest attempt() (a library's first call includes its JIT compile)
+
+
 def attempt(call, x):
+    t0 = time.time()
     try:
         call(x)
         if DEV.type == "cuda":
@@ -311,6 +343,8 @@ def attempt(call, x):
         return None
     except Exception as e:
         return f"{type(e).__name__}: {str(e)[:400]}"
+    finally:
+        LAST_CALL_S[0] = round(time.time() - t0, 3)
 
 
 def record(tag, impl, m, tol, err):
@@ -321,7 +355,7 @@ def record(tag, impl, m, tol, err):
         bad = [k for k, v in m.items() if (isinstance(v, bool) and not v) or (isinstance(v, float) and not v <= tol)]
         reason = "ok" if not bad else "check failed: " + ", ".join(f"{k}={m[k]}" for k in bad)
     GATE[f"{tag}/{impl}"] = reason
-    RES["checks"].append({"check": tag, "impl": impl, "tol": tol, **m, "result": reason})
+    RES["checks"].append({"check": tag, "impl": impl, "tol": tol, **m, "result": reason, "call_s": LAST_CALL_S[0]})
     log(f"check {tag:<22} {impl:<9}", reason if reason != "ok" else
         "ok " + " ".join(f"{k}={v:.1e}" for k, v in m.items() if isinstance(v, float)))
 
@@ -337,6 +371,13 @@ def randn(g, *s):
 def slots(g, n, count):
     """`count` distinct pool rows in 1..n-1 (slot 0 stays unused: vLLM's null slot, FlashInfer's bf16 pad)."""
     return (torch.randperm(n - 1, generator=g, device=DEV)[:count] + 1).to(torch.int32)
+
+
+def split_slots(perm, B, T):
+    """(idx [B], idx2d [B, T]) from `perm`, each its own allocation: FlashInfer's MTP kernels are compiled
+    with 16-byte-aligned index tensors (from_dlpack(..., assumed_align=16) in gdn_kernels/gdn_decode_mtp.py),
+    and a view at offset 4*B is not aligned when B is odd."""
+    return perm[:B].clone(), perm[B:B + B * T].view(B, T).clone()
 
 
 def step_inputs(B, T, g, normalized):
@@ -399,7 +440,7 @@ def check_verify(l2):
     x = step_inputs(B, T, g, normalized=not l2)
     pool0 = 0.1 * randn(g, P, HV, D, D)
     perm = slots(g, P, B + B * T)
-    idx, idx2d = perm[:B].contiguous(), perm[B:].view(B, T).contiguous()
+    idx, idx2d = split_slots(perm, B, T)
     acc = torch.tensor([1, T, 2], dtype=torch.int32, device=DEV)
     al, be = gates_f64(x.A_log, x.a, x.dt_bias, x.b)
 
@@ -546,11 +587,18 @@ def line(row):
     return f"{row['label']:<40} {cells} {r:>7}"
 
 
+SECTION_END = [None]  # wall-clock end of the running section's share of the budget
+
+
 def budget_ok(label):
-    if left() > 0:
-        return True
-    RES["skipped"].append(f"{label}: time budget reached")
-    return False
+    """Whether a row may start: before the total budget and before the section's share of it."""
+    if left() <= 0:
+        RES["skipped"].append(f"{label}: time budget reached")
+        return False
+    if SECTION_END[0] is not None and time.time() >= SECTION_END[0]:
+        RES["skipped"].append(f"{label}: the section's share of the time budget reached")
+        return False
+    return True
 
 
 def run_decode(pool32):
@@ -593,7 +641,8 @@ def run_verify(pool32):
                 return
             x = step_inputs(B, T, g, normalized=True)
             perm = slots(g, VERIFY_SLOTS, B + B * T)
-            x.pool, x.idx, x.idx2d = pool, perm[:B].contiguous(), perm[B:].view(B, T).contiguous()
+            x.pool = pool
+            x.idx, x.idx2d = split_slots(perm, B, T)
             x.acc = torch.randint(1, T + 1, (B,), generator=g, device=DEV, dtype=torch.int32)
             x.init_f = x.idx2d.gather(1, (x.acc.long() - 1)[:, None]).squeeze(1).contiguous()
             x.out = torch.empty(B, T, HV, D, dtype=torch.bfloat16, device=DEV)
@@ -621,16 +670,19 @@ def run_verify(pool32):
                             cell(t, "fi_spec", "spec/fi"))]
             for row in rows:
                 log(line(row))
-            del x
+            x = None  # frees the buffers before the next shape allocates its own
             save()
 
 
 def run_prefill(pool32):
+    if bp is None:
+        RES["skipped"].append("prefill mix: bench_peers (its input generator) did not import")
+        return
     mix = json.load(open(os.path.join(HERE, "..", "data", "contest_mix.json")))
     items = list(mix.items())[::ARGS.mix_stride]
     g = gen(9)
-    for name, lens in items:
-        if not budget_ok(f"prefill {name}"):
+    for i, (name, lens) in enumerate(items):
+        if not budget_ok(f"prefill {name} and the {len(items) - i - 1} workloads after it"):
             break
         try:
             prefill_workload(pool32, g, name, lens)
@@ -740,17 +792,19 @@ def parse_args(argv=None):
                     help="seconds after which no new row starts")
     ap.add_argument("--mix-stride", type=int, default=int(os.environ.get("SERVING_MIX_STRIDE", "1")),
                     help="time every n-th workload of the mix")
-    ap.add_argument("--sections", default="decode,verify,prefill", help="comma-separated subset to time")
-    ap.add_argument("--decode-b", default="1,4,16,64,256")
-    ap.add_argument("--verify-b", default="16,64")
-    ap.add_argument("--verify-t", default="2,4,8")
+    env = os.environ.get
+    ap.add_argument("--sections", default=env("SERVING_SECTIONS", "decode,verify,prefill"),
+                    help="comma-separated subset to time, in this order ($SERVING_SECTIONS)")
+    ap.add_argument("--decode-b", default=env("SERVING_DECODE_B", "1,4,16,64,256"), help="($SERVING_DECODE_B)")
+    ap.add_argument("--verify-b", default=env("SERVING_VERIFY_B", "16,64"), help="($SERVING_VERIFY_B)")
+    ap.add_argument("--verify-t", default=env("SERVING_VERIFY_T", "2,4,8"), help="($SERVING_VERIFY_T)")
     ap.add_argument("--checks-only", action="store_true", help="run the correctness checks, time nothing")
     ap.add_argument("--device", default="cuda",
                     help="cuda; 'cpu' runs the checks of gdn's calls on its CPU path (no FlashInfer, no timing)")
     a = ap.parse_args(argv)
     for k in ("decode_b", "verify_b", "verify_t"):
         setattr(a, k, [int(v) for v in getattr(a, k).split(",") if v])
-    a.sections = set(s for s in a.sections.split(",") if s)
+    a.sections = [s for s in a.sections.split(",") if s]
     return a
 
 
@@ -776,6 +830,8 @@ def setup():
     try:
         import bench_peers as _bp
         bp = _bp
+    except Exception as e:  # only the prefill mix needs it
+        RES["errors"].append(f"bench_peers import failed (prefill mix skipped): {type(e).__name__}: {e}")
     finally:
         sys.argv = argv
     try:
@@ -790,7 +846,10 @@ def setup():
     # 256 MiB written before every timed call, as bench_peers flushes; float64 so that its fill kernel is one
     # that neither library launches (the flushes split the profile into calls)
     FLUSH = torch.empty(256 * 1024 * 1024 // 8, dtype=torch.float64, device=DEV)
-    learn_flush()
+    try:
+        learn_flush()
+    except Exception as e:  # the checks still run; every timing then fails with its own reason
+        RES["errors"].append(f"learn_flush: {type(e).__name__}: {e}")
 
 
 def run_checks():
@@ -800,6 +859,21 @@ def run_checks():
     safe("decode pad", lambda: check_decode(torch.float32, False, pad=True))
     safe("verify", lambda: [check_verify(l2) for l2 in (False, True)])
     safe("prefill", check_prefill)
+
+
+def run_sections():
+    pool32 = 0.1 * randn(gen(1), POOL_SLOTS, HV, D, D)  # 2 GiB fp32, shared by the three sections
+    run = {"decode": run_decode, "verify": run_verify, "prefill": run_prefill}
+    secs = [sec for sec in ARGS.sections if sec in run]
+    RES["sections"] = {}
+    for i, sec in enumerate(secs):
+        # each section gets an equal share of what is left; time a section leaves unused goes to the next
+        t0 = time.time()
+        SECTION_END[0] = t0 + max(0.0, left()) / (len(secs) - i)
+        safe(sec, lambda sec=sec: run[sec](pool32))
+        RES["sections"][sec] = {"share_s": round(SECTION_END[0] - t0, 1), "used_s": round(time.time() - t0, 1)}
+        save()
+    prefill_summary()
 
 
 def safe(name, fn):
@@ -824,11 +898,7 @@ def main():
         save()
         if ARGS.checks_only or DEV.type != "cuda":
             return
-        pool32 = 0.1 * randn(gen(1), POOL_SLOTS, HV, D, D)  # 2 GiB fp32, shared by the three sections
-        for sec, fn in (("decode", run_decode), ("verify", run_verify), ("prefill", run_prefill)):
-            if sec in ARGS.sections:
-                safe(sec, lambda fn=fn: fn(pool32))
-        prefill_summary()
+        run_sections()
     except Exception:
         RES["errors"].append(traceback.format_exc()[-1500:])
         log("ERROR", RES["errors"][-1])
