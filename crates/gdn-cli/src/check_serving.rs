@@ -3,10 +3,20 @@
 //! int64 indices and `cu_seqlens`, spec-decode slots, prefill checkpoints, bf16 states) alone and combined, on
 //! every operation and head configuration. Each case's pool has more rows than the call touches, so the rows
 //! it must leave alone are compared too (guard rows), and every written row starts poisoned.
+//!
+//! The strided cases ([`strided_cases`]) place q, k and v on the device as views of one fused projection
+//! buffer (vLLM's `mixed_qkv`: per token `[q heads | k heads | v heads]`) and the output as a view with a
+//! padded token stride (one case a wider head stride, one head-major), on decode, MTP and prefill, alone and
+//! with a pool, q/k norm and the other modes. Every gap between rows holds a NaN guard: a kernel reading
+//! outside its rows gives NaN outputs, one writing outside them fails the read-back (gdn_cuda's `exec::io`).
+//! The CPU backend runs the same problems dense (a view is a device layout only); the reference is unchanged.
 
 use crate::heads::all_heads;
+use crate::verify::Prepared;
+use anyhow::{Context, Result};
+use gdn_core::problem::{ActViews, View};
 use gdn_core::serving::{GateMode, PadRule, Serving, StateLayout};
-use gdn_core::workload::{ServingDraw, WorkloadSpec};
+use gdn_core::workload::{generate, ServingDraw, WorkloadSpec};
 use gdn_core::{DType, Heads};
 
 /// A case: `spec` with the serving draw `sd` and a label.
@@ -313,10 +323,165 @@ pub fn cases(quick: bool) -> Vec<WorkloadSpec> {
     v
 }
 
+/// The strided-view cases, in order (decode, MTP, prefill): each workload with the device placement of its
+/// q, k, v and output.
+pub fn strided_cases(quick: bool) -> Vec<(WorkloadSpec, ActViews)> {
+    let hd = Heads::new(4, 8, 128).expect("qk4_v8");
+    let big = Heads::new(16, 32, 128).expect("qk16_v32");
+    let d = 128;
+    let mut v = Vec::new();
+    let fused = |h: &Heads, offset: usize, pad: usize| ActViews::fused_qkv(h, offset, pad);
+    let label = |s: &mut WorkloadSpec, what: &str| s.label = format!("serving strided {what}");
+
+    // Decode: the fused buffer with a padded output; a wider output head stride; a head-major output.
+    let mut s = WorkloadSpec::decode(hd, 8);
+    label(&mut s, "decode B=8 fused qkv, output token stride +8");
+    v.push((s, fused(&hd, 8, 8)));
+    let mut s = WorkloadSpec::decode(hd, 5);
+    label(
+        &mut s,
+        "decode B=5 fused qkv, output head stride 136, token stride +24",
+    );
+    let mut av = fused(&hd, 16, 0);
+    av.out = View {
+        offset: 16,
+        token: 8 * 136 + 24,
+        head: 136,
+    };
+    v.push((s, av));
+    let b = if quick { 9 } else { 65 };
+    let mut s = case(WorkloadSpec::decode(big, b), "", combined(0, 2 * b + 3));
+    label(
+        &mut s,
+        &format!("decode qk16_v32 B={b} fused qkv, head-major output, all modes"),
+    );
+    let mut av = fused(&big, 0, 0);
+    av.out = View {
+        offset: 8,
+        token: d,
+        head: b * d + 32,
+    };
+    v.push((s, av));
+
+    // MTP: spec-decode slots with the modes, and the definition mode with an intermediate buffer.
+    let mut s = WorkloadSpec::mtp(hd, 4, 3);
+    s.normalize_qk = false;
+    let mut s = case(
+        s,
+        "",
+        ServingDraw {
+            options: opts(true, StateLayout::KLast, PadRule::NullSlot, 0),
+            gates: GateMode::Log,
+            spec_slots: true,
+            pad_front: 1,
+            has_initial_state: true,
+            ..Default::default()
+        },
+    );
+    label(
+        &mut s,
+        "mtp B=4 T=3 fused qkv, output token stride +64, spec slots, q/k norm, log g",
+    );
+    v.push((s, fused(&hd, 0, 64)));
+    let mut s = WorkloadSpec::mtp(big, 6, 4);
+    s.normalize_qk = true;
+    label(
+        &mut s,
+        "mtp qk16_v32 B=6 T=4 fused qkv, output token stride +8, +intermediate",
+    );
+    v.push((s, fused(&big, 8, 8)));
+
+    // Prefill: precomputed gates alone, then every mode with a pool and checkpoints.
+    let mut s = WorkloadSpec::prefill(hd, &[100, 37, 0, 64]);
+    s.normalize_qk = true;
+    let mut s = case(
+        s,
+        "",
+        ServingDraw {
+            gates: GateMode::Log,
+            ..Default::default()
+        },
+    );
+    label(
+        &mut s,
+        "prefill [100, 37, 0, 64] fused qkv, output token stride +128, log g",
+    );
+    v.push((s, fused(&hd, 0, 128)));
+    let long = if quick { 300 } else { 1100 };
+    let lens = [0, 140, 64, 7, 0, long];
+    let mut s = WorkloadSpec::prefill(big, &lens);
+    s.normalize_qk = false;
+    let mut s = case(s, "", combined(64, 12));
+    label(
+        &mut s,
+        &format!("prefill qk16_v32 {lens:?} fused qkv, output token stride +8, all modes"),
+    );
+    v.push((s, fused(&big, 24, 8)));
+    v
+}
+
+/// A strided case's inputs and float64 reference: `spec` drawn with `seed`, its problem placed at `views`.
+pub fn prepare_strided(spec: &WorkloadSpec, views: ActViews, seed: u64) -> Result<Prepared> {
+    let mut p = Prepared::from_tensors(spec, generate(spec, seed))
+        .with_context(|| format!("strided case {}", spec.label))?;
+    p.problem.act_views = Some(views);
+    Ok(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gdn_core::workload::generate;
+    use crate::backend::{Choice, Engine};
+    use crate::verify::verify_prepared;
+    use gdn_cuda::abi::args::{Args, DevicePtrs};
+
+    /// Every strided case is a placement the kernels accept (its strides pass the launch validation; fake
+    /// 16-byte-aligned pointers), its views lie inside their buffers without overlapping output rows, and the
+    /// CPU backend (which runs it dense) passes the reference.
+    #[test]
+    fn strided_cases_validate_and_pass_on_the_cpu() {
+        let engine = Engine::open(Choice::Cpu).unwrap();
+        for (i, (spec, views)) in strided_cases(true).iter().enumerate() {
+            let prepared = prepare_strided(spec, *views, 100 + i as u64).unwrap();
+            let p = &prepared.problem;
+            assert!(p.is_serving(), "{}", spec.label);
+            // a distinct aligned address for every tensor the problem has, 0 for the others
+            let at = |n: u64, on: bool| if on { n << 20 } else { 0 };
+            let raw = p.gates == GateMode::Raw;
+            let prefill = p.def.op == gdn_core::Op::Prefill;
+            let ptrs = DevicePtrs {
+                q: at(1, true),
+                k: at(2, true),
+                v: at(3, true),
+                a: at(4, raw),
+                b: at(5, raw),
+                a_log: at(6, raw),
+                dt_bias: at(7, raw),
+                out: at(8, true),
+                state: at(9, p.state_dtype.is_some()),
+                new_state: at(if p.pool { 9 } else { 10 }, true),
+                intermediate: at(11, p.intermediate),
+                state_indices: at(12, p.def.op == gdn_core::Op::Mtp),
+                cu_seqlens: at(13, prefill),
+                gate: at(14, !raw),
+                beta: at(15, !raw),
+                pool_indices: at(16, p.pool),
+                has_initial: at(17, p.has_initial_state),
+                num_accepted: at(18, p.spec_slots),
+                checkpoints: at(19, p.checkpoint_rows > 0),
+                checkpoint_starts: at(20, p.checkpoint_rows > 0),
+                ..Default::default()
+            };
+            let args = Args::for_problem(p, &ptrs);
+            let r = match &args {
+                Args::Recurrent(a) => a.validate(),
+                Args::Prefill(a) => a.validate(),
+            };
+            r.unwrap_or_else(|e| panic!("{}: {e}", spec.label));
+            let v = verify_prepared(&engine, &prepared, None).unwrap();
+            assert!(v.passed, "{}: {}", spec.label, v.summary);
+        }
+    }
 
     /// Every case draws inputs its own problem accepts (the draws and the validation agree).
     #[test]

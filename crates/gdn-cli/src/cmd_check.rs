@@ -3,7 +3,8 @@
 //! Cases cover every operation × head configuration, batch sizes around warp/block boundaries, raw randn and
 //! normalised q/k, absent/fp32/bf16 state, MTP with and without intermediate states, serving mode with -1
 //! padding, prefill edge lengths (0, 1, 63, 64, 65), many mixed sequences, a long sequence and extreme gates, and
-//! every serving mode alone and combined (check_serving.rs);
+//! every serving mode alone and combined, and on CUDA q, k, v and the output as views of larger buffers
+//! (check_serving.rs);
 //! without `--quick` also a 65,536-token sequence checked per 8,192-token window (stability), 2,048 sequences,
 //! and on CUDA a call past 2^31 elements per tensor (check_offsets.rs: 64-bit offsets).
 //! Every case draws fresh inputs (its own seed) and runs on NaN-poisoned outputs; the float64 reference runs once
@@ -24,6 +25,7 @@ use crate::heads::all_heads;
 use crate::table::{new_table, progress, sci};
 use crate::verify::{verify_prepared, Prepared, Verdict, WINDOW};
 use anyhow::{bail, Context, Result};
+use gdn_core::problem::ActViews;
 use gdn_core::workload::WorkloadSpec;
 use gdn_core::{Backend, DType, Heads, MtpMode, Op, Timed};
 use std::path::PathBuf;
@@ -296,13 +298,19 @@ pub fn main(a: Args) -> Result<()> {
 
 /// The generated cases, each once per prefill plan on CUDA, then the 64-bit offset case (full sweep on CUDA).
 fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
-    // (case, seed, plan): case i (after --op) uses seed + i, with every plan
+    // (case, device views, seed): case i (after --op) uses seed + i, with every plan; the strided cases last
     let plans = engine.prefill_plans();
-    let cases: Vec<(WorkloadSpec, u64)> = cases(a.quick)
+    let cases: Vec<(WorkloadSpec, Option<ActViews>, u64)> = cases(a.quick)
         .into_iter()
-        .filter(|c| a.target.op.includes(c.op))
+        .map(|c| (c, None))
+        .chain(
+            check_serving::strided_cases(a.quick)
+                .into_iter()
+                .map(|(c, v)| (c, Some(v))),
+        )
+        .filter(|(c, _)| a.target.op.includes(c.op))
         .enumerate()
-        .map(|(i, c)| (c, a.seed + i as u64))
+        .map(|(i, (c, v))| (c, v, a.seed + i as u64))
         .collect();
     // serving prefill cases also run the automatic plan: a mode no plan supports must fail, not be refused
     let plans_of = |c: &WorkloadSpec| {
@@ -327,7 +335,10 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
     } else {
         vec![]
     };
-    let runs: usize = cases.iter().map(|(c, _)| plans_of(c).len()).sum::<usize>()
+    let runs: usize = cases
+        .iter()
+        .map(|(c, _, _)| plans_of(c).len())
+        .sum::<usize>()
         + if offsets { plans.len() } else { 0 }
         + big_pools.len();
     eprintln!(
@@ -343,9 +354,12 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
     );
     let pb = progress(runs as u64, "check");
     let mut results: Vec<Verdict> = Vec::new();
-    for (spec, seed) in &cases {
+    for (spec, views, seed) in &cases {
         pb.set_message(spec.label.clone());
-        let prepared = Prepared::new(spec, *seed)?;
+        let prepared = match views {
+            None => Prepared::new(spec, *seed)?,
+            Some(v) => check_serving::prepare_strided(spec, *v, *seed)?,
+        };
         for plan in plans_of(spec) {
             // a backend error is a failed row (with its message), not the end of the sweep
             results.push(

@@ -174,7 +174,7 @@ struct RecurrentParams : RecurrentCore {
     ServingParams serving;       // @128  serving modes (common/serving.cuh); all zero: the definitions
 };
 static_assert(sizeof(RecurrentCore) == 128, "RecurrentCore is the first 128 bytes of RecurrentParams");
-static_assert(sizeof(RecurrentParams) == 200, "RecurrentParams must stay 200 bytes (Rust mirror)");
+static_assert(sizeof(RecurrentParams) == 264, "RecurrentParams must stay 264 bytes (Rust mirror)");
 // (NVRTC's front end has no constexpr offsetof; the harness checks the offsets it packs against the comments.)
 
 namespace gdn_rec {

@@ -302,8 +302,13 @@ mod table {
         // workspace constant
         assert_eq!(text.matches("gdn_registry_check<").count(), 9 + 2);
         assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 147472>"));
-        assert!(text.contains("(sizeof(Prefill64Params)), 208>"));
+        assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
         assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
+        // the serving build: the same kernels' checks and its own (longer) params
+        let sv = checks_appendix(&PREFILL64_SV);
+        assert_eq!(sv.matches("gdn_registry_check<").count(), 9 + 2);
+        assert!(sv.contains("(sizeof(Prefill64Params)), 272>"));
+        assert!(!sv.contains("(sizeof(Prefill64Params)), 128>"));
         // the wide module: its four passes' smem and the params size, nothing of the other module
         let wide = checks_appendix(&PREFILL64_WIDE);
         assert_eq!(wide.matches("gdn_registry_check<").count(), 4 + 1);
@@ -315,20 +320,35 @@ mod table {
         // the device plan's builds: the same kernels' checks, the base params and workspace constants, their own
         // params size and (prefill64_dp) the sequence limit and the persistent launches' count (vgrid)
         let dp = checks_appendix(&PREFILL64_DP);
-        assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 2 + 3);
-        assert!(dp.contains("(sizeof(Prefill64Params)), 208>"));
-        assert!(dp.contains("(sizeof(Prefill64PlanParams)), 304>"));
+        assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 1 + 3);
+        assert!(!dp.contains("(sizeof(Prefill64Params))"));
+        assert!(dp.contains("(sizeof(Prefill64PlanParams)), 224>"));
         assert!(dp.contains("(DEVICE_PLAN_MAX_N), 256>"));
         assert!(dp.contains("(DP_LAUNCHES), 5>"));
         let wide_dp = checks_appendix(&PREFILL64_WIDE_DP);
-        assert_eq!(wide_dp.matches("gdn_registry_check<").count(), 4 + 1 + 1);
-        assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 208>"));
+        assert_eq!(wide_dp.matches("gdn_registry_check<").count(), 4 + 1);
+        assert!(checks_appendix(&PREFILL_DP).contains("(sizeof(PrefillPlanParams)), 128>"));
+        assert!(checks_appendix(&PREFILL_SV_DP).contains("(sizeof(PrefillPlanParams)), 272>"));
+        assert!(
+            checks_appendix(&PREFILL64_WIDE_SV_DP).contains("(sizeof(Prefill64PlanParams)), 368>")
+        );
         assert_eq!(
             modules()
                 .iter()
                 .filter(|m| m.source == "prefill_chunk64/prefill_chunk64.cu")
                 .count(),
-            4
+            8
+        );
+        let sv_dp = ModuleBuild {
+            device_plan: true,
+            serving: true,
+        };
+        assert_eq!(build_module(&PREFILL, sv_dp), Some(&PREFILL_SV_DP));
+        assert_eq!(build_module(&PREFILL_SV, sv_dp), None);
+        assert_eq!(build_base(&PREFILL64_WIDE_SV), Some(&PREFILL64_WIDE));
+        assert_eq!(
+            module_variants(&PREFILL_SV_DP).count(),
+            module_variants(&PREFILL).count()
         );
         assert_eq!(
             device_plan_module(&PREFILL64_WIDE),
@@ -395,7 +415,17 @@ mod table {
             assert_eq!(ids(name), ["recurrent"], "{name}");
         }
         for name in ["sm_90", "sm_100", "sm_100a", "sm_100f", "sm_120", "sm_130"] {
-            assert_eq!(ids(name), ["recurrent", "prefill", "prefill_dp"], "{name}");
+            assert_eq!(
+                ids(name),
+                [
+                    "recurrent",
+                    "prefill",
+                    "prefill_dp",
+                    "prefill_sv",
+                    "prefill_sv_dp"
+                ],
+                "{name}"
+            );
         }
         assert_eq!(ids("sm_90a").len(), modules().len());
         assert!(ids("sm_75").is_empty());

@@ -8,10 +8,14 @@
 //! afterwards where they are on the host ([`crate::host`]); for CUDA tensors they are not checked (that would
 //! need a device-to-host copy and a sync).
 //!
-//! Every tensor must be dense row-major, with one exception: a state pool (MTP's `initial_state`, or `state`
+//! Every tensor must be dense row-major, with two exceptions. A state pool (MTP's `initial_state`, or `state`
 //! with `state_indices`) may be a view whose rows (dim 0) are further apart than one state, as a per-layer
 //! view of an engine's `[layers, slots, HV, D, D]` or `[slots, layers, HV, D, D]` buffer is; its inner
-//! `[HV, D, D]` must be dense. Nothing is copied to make a tensor dense: the error asks for `.contiguous()`.
+//! `[HV, D, D]` must be dense. q, k, v and `output` may be views with any token and head strides whose last
+//! dimension is contiguous, as slices of an engine's fused projection are ([`act_strides`]; decode and MTP
+//! index tokens as one run `b·T + t`, so the batch stride must be T token strides); the kernels take the
+//! strides, and the view rules are gdn-cuda's (`check_act_view`) on the host too. Nothing is copied to make a
+//! tensor dense: any other layout is refused and the error asks for `.contiguous()`.
 
 use crate::desc::Desc;
 use crate::serving;
@@ -142,8 +146,110 @@ fn is_contiguous(shape: &[usize], strides: &[i64]) -> bool {
     true
 }
 
+/// The activation tensors that may be strided views (q, k, v and the output).
+pub const ACT: [&str; 4] = ["q", "k", "v", "output"];
+
+/// Whether a descriptor is dense row-major (strides of size-1 dimensions ignored; an empty tensor is).
+pub fn is_dense(d: &Desc) -> bool {
+    d.numel() == 0 || is_contiguous(d.shape(), &d.2)
+}
+
+/// The (token, head) element strides of activation tensor `name` (`[T, H, D]` for prefill, `[B, T, H, D]`
+/// for decode and MTP, token `b·T + t`), for a descriptor of the op's rank. The last dimension must be
+/// contiguous and the strides non-negative; a 4-D tensor's batch stride must be T token strides. An axis of
+/// length 1 gets its dense stride (the kernels never use it).
+pub fn act_strides(op: Op, name: &str, d: &Desc) -> Result<[i64; 2], ArgError> {
+    let (shape, st) = (d.shape(), &d.2);
+    let r = shape.len();
+    if st.len() != r || r != qv_rank(op) {
+        return Err(value(
+            op,
+            name,
+            format!(
+                "must be contiguous (row-major), or a view whose last dimension is contiguous; got shape \
+                 {shape:?} with strides {st:?}. Pass {name}.contiguous() (torch) or np.ascontiguousarray({name})"
+            ),
+        ));
+    }
+    if shape[r - 1] > 1 && st[r - 1] != 1 {
+        return Err(value(
+            op,
+            name,
+            format!(
+                "the last dimension (head size) must be contiguous (stride 1), got strides {st:?}; q, k, v and \
+                 output may have any token and head strides. Pass {name}.contiguous() (torch) or \
+                 np.ascontiguousarray({name})"
+            ),
+        ));
+    }
+    if let Some(&s) = st[..r - 1].iter().find(|&&s| s < 0) {
+        return Err(value(
+            op,
+            name,
+            format!(
+                "strides must be non-negative whole elements, got {st:?} (stride {s}). Pass {name}.contiguous() \
+                 (torch) or np.ascontiguousarray({name})"
+            ),
+        ));
+    }
+    let (heads, dim) = (shape[r - 2], shape[r - 1] as i64);
+    let head = if heads > 1 { st[r - 2] } else { dim };
+    let dense_token = heads as i64 * head.max(dim);
+    let token = match *shape {
+        [t, _, _] => {
+            if t > 1 {
+                st[0]
+            } else {
+                dense_token
+            }
+        }
+        [b, t, _, _] => match (b > 1, t > 1) {
+            (true, true) => {
+                if st[0] != t as i64 * st[1] {
+                    return Err(value(
+                        op,
+                        name,
+                        format!(
+                            "batch stride {} must be seq_len x token stride ({t} x {} = {}): gdn reads token t of \
+                             request b at row b·T + t; got strides {st:?}",
+                            st[0],
+                            st[1],
+                            t as i64 * st[1]
+                        ),
+                    ));
+                }
+                st[1]
+            }
+            (true, false) => st[0],
+            (false, true) => st[1],
+            (false, false) => dense_token,
+        },
+        _ => unreachable!("rank checked"),
+    };
+    Ok([token, head])
+}
+
+/// A strided activation view: its (token, head) strides, checked against the kernels' view rules (gdn-cuda's
+/// `check_act_view`: multiples of 8 elements, an output whose rows do not overlap).
+fn check_act_view(op: Op, name: &str, d: &Desc) -> Result<(), ArgError> {
+    let strides = act_strides(op, name, d)?;
+    let shape = d.shape();
+    let r = shape.len();
+    let tokens = shape[..r - 2].iter().product();
+    gdn_cuda::abi::args::check_act_view(
+        name,
+        strides,
+        tokens,
+        shape[r - 2],
+        shape[r - 1],
+        name == "output",
+    )
+    .map_err(|e| gdn_err(op, e))
+}
+
 /// Dtype, device, contiguity and alignment of one tensor argument; returns its device. `pool`: the tensor is
-/// a state pool, whose rows (dim 0) may be further apart than one dense row (see the module doc).
+/// a state pool, whose rows (dim 0) may be further apart than one dense row; q, k, v and `output` may be
+/// strided views (see the module doc).
 pub fn check_tensor(
     op: Op,
     name: &str,
@@ -185,7 +291,9 @@ pub fn check_tensor(
         } else {
             16
         };
-        if !is_contiguous(d.shape(), &d.2) {
+        if !is_contiguous(d.shape(), &d.2) && ACT.contains(&name) {
+            check_act_view(op, name, d)?;
+        } else if !is_contiguous(d.shape(), &d.2) {
             let rows_ok = pool && d.shape().len() > 1 && is_contiguous(&d.1[1..], &d.2[1..]) && {
                 let (stride, dense) = (d.2[0], d.1[1..].iter().product::<usize>() as i64);
                 stride >= dense && (stride as u64 * dt.size() as u64).is_multiple_of(align as u64)
@@ -495,6 +603,67 @@ pub fn check_dest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn desc(shape: &[usize], strides: &[i64]) -> Desc {
+        Desc(0, shape.to_vec(), strides.to_vec(), "bfloat16".into(), 0)
+    }
+
+    #[test]
+    fn activation_view_strides() {
+        let s = |op, shape: &[usize], st: &[i64]| act_strides(op, "q", &desc(shape, st)).ok();
+        // dense, a fused-projection view, a broadcast head
+        assert_eq!(
+            s(Op::Prefill, &[5, 4, 128], &[512, 128, 1]),
+            Some([512, 128])
+        );
+        assert_eq!(
+            s(Op::Prefill, &[5, 4, 128], &[2048, 128, 1]),
+            Some([2048, 128])
+        );
+        assert_eq!(s(Op::Prefill, &[5, 4, 128], &[2048, 0, 1]), Some([2048, 0]));
+        // decode: T = 1, the batch stride is the token stride; a length-1 axis's stride is never used
+        assert_eq!(
+            s(Op::Decode, &[3, 1, 4, 128], &[2048, 7, 128, 1]),
+            Some([2048, 128])
+        );
+        assert_eq!(
+            s(Op::Decode, &[1, 1, 4, 128], &[3, 5, 128, 1]),
+            Some([512, 128])
+        );
+        // MTP: the batch stride must be T token strides
+        assert_eq!(
+            s(Op::Mtp, &[3, 2, 4, 128], &[4096, 2048, 128, 1]),
+            Some([2048, 128])
+        );
+        assert_eq!(
+            s(Op::Mtp, &[1, 2, 4, 128], &[9, 2048, 128, 1]),
+            Some([2048, 128])
+        );
+        assert!(s(Op::Mtp, &[3, 2, 4, 128], &[6144, 2048, 128, 1]).is_none());
+        // a strided last dimension, negative strides, the wrong rank
+        assert!(s(Op::Prefill, &[5, 4, 128], &[1024, 256, 2]).is_none());
+        assert!(s(Op::Prefill, &[5, 4, 128], &[-512, 128, 1]).is_none());
+        assert!(s(Op::Prefill, &[5, 4, 1, 128], &[512, 128, 128, 1]).is_none());
+    }
+
+    #[test]
+    fn activation_view_rules() {
+        let ok = |name: &str, shape: &[usize], st: &[i64]| {
+            check_act_view(Op::Prefill, name, &desc(shape, st)).is_ok()
+        };
+        assert!(ok("q", &[5, 4, 128], &[2048, 128, 1]));
+        assert!(!ok("q", &[5, 4, 128], &[2052, 128, 1])); // not 16-byte rows
+        assert!(ok("q", &[5, 4, 128], &[64, 0, 1])); // inputs may overlap
+
+        // the output: token-major, head-major, overlapping
+        assert!(ok("output", &[5, 4, 128], &[520, 128, 1]));
+        assert!(ok("output", &[5, 4, 128], &[128, 640, 1]));
+        assert!(ok("output", &[5, 4, 128], &[136, 1024, 1]));
+        assert!(!ok("output", &[5, 4, 128], &[504, 128, 1]));
+        assert!(!ok("output", &[5, 4, 128], &[128, 632, 1]));
+        assert!(!ok("output", &[5, 4, 128], &[1024, 64, 1]));
+        assert!(ok("output", &[1, 4, 128], &[0, 128, 1])); // one token: its stride is never used
+    }
 
     #[test]
     fn contiguity_ignores_unit_dims() {

@@ -5,14 +5,15 @@
 //!
 //! Serving tensors go to the kernels as they are, like the definition tensors: index tensors and `cu_seqlens`
 //! in int32 or int64 (the kernels read both; the problem records which), a pool view's row stride as
-//! `state_row_stride`. Their values are not read on the host.
+//! `state_row_stride`, and q, k, v and output views as `act_strides` (only when one of the four is not dense:
+//! a dense call stays on the kernels of its mode). Their values are not read on the host.
 //!
 //! Per CUDA device, on first use: the driver is loaded, the device's primary context (the one torch uses)
 //! is retained, NVRTC is checked and every kernel module is compiled and loaded up front (disk-cached), so
 //! that nothing is compiled inside a CUDA-graph capture. A failure is remembered and re-raised as a
 //! `RuntimeError` naming what is missing (driver, GPU, architecture, NVRTC, headers).
 
-use crate::args::{gdn_err, ArgError, Checked};
+use crate::args::{act_strides, gdn_err, is_dense, ArgError, Checked};
 use crate::desc::Desc;
 use crate::serving::row_stride;
 use gdn_core::serving::names;
@@ -152,13 +153,16 @@ pub fn run(
         // a pool view's row stride (elements), 0 when dense; the state output of a pool call is the pool
         state_row_stride: state.map_or(0, row_stride),
     };
+    let mut args = Args::for_problem(p, &ptrs);
+    args.serving_mut().act_strides = views(c, output)?;
     let cu_stream = stream as usize as cudarc::driver::sys::CUstream;
     // SAFETY: every pointer comes from a validated descriptor: a live CUDA tensor of device `dev` with the
     // dtype and exact shape the kernels expect (contiguous, or a pool whose row stride is passed; 16-byte
     // aligned), kept alive by the Python caller until the call returns and by the caller's stream order
-    // afterwards (as for any torch op). Index values are the caller's contract (see gdn/__init__.py).
+    // afterwards (as for any torch op); q, k, v and output views lie inside their tensors' storage (torch's
+    // views do) at the strides passed. Index values are the caller's contract (see gdn/__init__.py).
     let r = unsafe {
-        match (Args::for_problem(p, &ptrs), plan) {
+        match (args, plan) {
             (Args::Prefill(args), Some(plan)) => {
                 d.kernels.launch_prefill_plan(&args, plan, cu_stream)
             }
@@ -170,4 +174,21 @@ pub fn run(
         gdn_core::GdnError::Backend { .. } => fail(e.to_string()),
         e => gdn_err(op, e),
     })
+}
+
+/// The (token, head) strides of q, k, v and the output (`ServingArgs::act_strides`), or None when all four are
+/// dense. The descriptors were validated ([`crate::args::check_tensor`]); no allocation.
+fn views(c: &Checked, output: &Desc) -> Result<Option<[[i64; 2]; 4]>, ArgError> {
+    let op = c.problem.def.op;
+    let act = [c.get("q"), c.get("k"), c.get("v"), Some(output)];
+    if act.iter().flatten().all(|d| is_dense(d)) {
+        return Ok(None);
+    }
+    let mut strides = [[0i64; 2]; 4];
+    for (row, (d, name)) in strides.iter_mut().zip(act.iter().zip(crate::args::ACT)) {
+        if let Some(d) = d {
+            *row = act_strides(op, name, d)?;
+        }
+    }
+    Ok(Some(strides))
 }

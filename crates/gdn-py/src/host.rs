@@ -6,12 +6,13 @@
 //! `has_initial_state`, accepted counts, checkpoint row starts), which also gives the true checkpoint rows and
 //! sequence lengths.
 //!
-//! Inputs are read in place through the validated descriptors; a row-strided pool view is gathered into a
-//! dense copy. The backend writes its own buffers, which are then copied into the caller's destinations (a
-//! strided pool row by row). Because every input view is dropped before the first destination is written, a
-//! destination may alias an input (`new_state=state`, the pool of a pool call).
+//! Inputs are read in place through the validated descriptors; a row-strided pool view and q, k, v views
+//! are gathered into dense copies. The backend writes its own buffers, which are then copied into the
+//! caller's destinations (a strided pool row by row, an output view head row by head row). Because every
+//! input view is dropped before the first destination is written, a destination may alias an input
+//! (`new_state=state`, the pool of a pool call).
 
-use crate::args::{gdn_err, ArgError, Checked};
+use crate::args::{act_strides, gdn_err, is_dense, ArgError, Checked};
 use crate::desc::Desc;
 use crate::serving::row_stride;
 use gdn_core::cpu::CpuBackend;
@@ -51,6 +52,52 @@ unsafe fn rows<'a, T: Copy>(d: &Desc) -> Cow<'a, [T]> {
         dense.extend_from_slice(std::slice::from_raw_parts(base.add(r * stride), row));
     }
     Cow::Owned(dense)
+}
+
+/// Element offsets of the `[tokens · heads]` head rows of an activation view (q, k, v or output), in dense
+/// row order. Only for descriptors that passed validation ([`crate::args::check_tensor`]).
+fn act_rows(op: Op, name: &str, d: &Desc) -> Result<impl Iterator<Item = usize>, ArgError> {
+    let [token, head] = act_strides(op, name, d)?;
+    let shape = d.shape();
+    let r = shape.len();
+    let (tokens, heads): (usize, usize) = (shape[..r - 2].iter().product(), shape[r - 2]);
+    Ok((0..tokens)
+        .flat_map(move |t| (0..heads).map(move |h| t * token as usize + h * head as usize)))
+}
+
+/// q, k or v in dense order: borrowed when dense, gathered when a view.
+///
+/// # Safety
+/// As [`view`], for a validated activation descriptor (dense, or a view whose rows lie in its array).
+unsafe fn act<'a>(op: Op, name: &str, d: &Desc) -> Result<Cow<'a, [bf16]>, ArgError> {
+    if is_dense(d) {
+        return Ok(Cow::Borrowed(view(d)));
+    }
+    let dim = *d.shape().last().expect("rank checked");
+    let base = d.ptr() as *const bf16;
+    let mut dense = Vec::with_capacity(d.numel());
+    for at in act_rows(op, name, d)? {
+        dense.extend_from_slice(std::slice::from_raw_parts(base.add(at), dim));
+    }
+    Ok(Cow::Owned(dense))
+}
+
+/// Copies the dense output `src` into `dst`: at once when dense, head row by head row into a view.
+///
+/// # Safety
+/// `dst` must describe a live, writable host array (dense, or a validated view whose rows lie in it and do
+/// not overlap) of `src.len()` elements.
+unsafe fn store_act(op: Op, dst: &Desc, src: &[bf16]) -> Result<(), ArgError> {
+    if is_dense(dst) {
+        store(dst, src);
+        return Ok(());
+    }
+    let dim = *dst.shape().last().expect("rank checked");
+    let base = dst.ptr() as *mut bf16;
+    for (at, row) in act_rows(op, "output", dst)?.zip(src.chunks_exact(dim)) {
+        std::ptr::copy_nonoverlapping(row.as_ptr(), base.add(at), dim);
+    }
+    Ok(())
 }
 
 /// Values of an int32 or int64 tensor, as i64.
@@ -142,6 +189,8 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
     let out = unsafe {
         let bfv = |n: &str| c.get(n).map_or(&[][..], |d| view::<bf16>(d));
         let fv = |n: &str| c.get(n).map_or(&[][..], |d| view::<f32>(d));
+        let act_of = |n: &str| c.get(n).map(|d| act(op, n, d)).transpose();
+        let (q, k, v) = (act_of("q")?, act_of("k")?, act_of("v")?);
         let state = c.get(p.def.state_input()).map(|d| Rows::of(d));
         let checkpoints = c.get(names::CHECKPOINTS).map(|d| Rows::of(d));
         let pool_indices = if p.pool {
@@ -152,9 +201,9 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
             None
         };
         let x = Inputs {
-            q: bfv("q"),
-            k: bfv("k"),
-            v: bfv("v"),
+            q: q.as_deref().unwrap_or(&[]),
+            k: k.as_deref().unwrap_or(&[]),
+            v: v.as_deref().unwrap_or(&[]),
             a: bfv("a"),
             b: bfv("b"),
             a_log: fv("A_log"),
@@ -208,7 +257,7 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
     };
     // SAFETY: destinations were validated (host, dtype and exact shape; contiguous, or the pool itself).
     unsafe {
-        store(output, &out.output);
+        store_act(op, output, &out.output)?;
         if let Some(d) = state_out {
             match &out.state {
                 StateBuf::F32(s) => store(d, s),

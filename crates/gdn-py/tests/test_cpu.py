@@ -482,3 +482,105 @@ def test_workspace_only_on_cuda():
         pytest.skip("a GPU is present: the fake device addresses must not be launched on")
     with pytest.raises(RuntimeError):
         plan.workspace_bytes  # opening the (absent) GPU fails with the reason
+
+
+# ------------------------------------------------------------------ q, k, v and output as strided views
+def fused_qkv(q, k, v, pad=0):
+    """q, k, v copied into one fused projection buffer (vLLM's mixed_qkv: per token [q heads | k heads | v heads]
+    and `pad` spare elements) and returned as views of it, with the buffer."""
+    lead, H, HV = q.shape[:-2], q.shape[-2], v.shape[-2]
+    mixed = np.full(lead + ((2 * H + HV) * D + pad,), np.nan, dtype=BF16)
+    parts = []
+    for x, start, n in ((q, 0, H), (k, H * D, H), (v, 2 * H * D, HV)):
+        mixed[..., start:start + n * D] = x.reshape(lead + (n * D,))
+        view = mixed[..., start:start + n * D].reshape(lead + (n, D))
+        assert np.shares_memory(view, mixed) and not view.flags.c_contiguous
+        parts.append(view)
+    return parts, mixed
+
+
+def out_view(shape, extra_heads=1):
+    """An output view [.., HV, D] of a guard-filled buffer with `extra_heads` spare rows after each token's."""
+    buf = np.full(shape[:-2] + (shape[-2] + extra_heads, D), 7.0, dtype=BF16)
+    return buf[..., :shape[-2], :], buf
+
+
+@pytest.mark.parametrize("op", ["decode", "prefill", "mtp"])
+def test_strided_views_match_the_dense_call(op):
+    if op == "decode":
+        x = list(decode_inputs(3, 4, 8, seed=60))
+        fn = gdn.decode
+    elif op == "prefill":
+        x = list(prefill_inputs([5, 0, 70], 4, 8, seed=61))
+        fn = gdn.prefill
+    else:
+        x = list(mtp_inputs(3, 4, 5, 2, 8, seed=62))
+        fn = gdn.mtp
+    o_dense, s_dense = fn(*[np.copy(t) if isinstance(t, np.ndarray) else t for t in x])
+    (q, k, v), mixed = fused_qkv(*x[:3], pad=8)
+    out, buf = out_view(o_dense.shape)
+    o, s = fn(q, k, v, *x[3:], output=out)
+    assert o is out
+    assert np.array_equal(out, o_dense) and np.array_equal(s, s_dense)
+    assert (buf[..., 8:, :].astype(np.float32) == 7.0).all(), "the gaps of the output view keep their values"
+    assert np.isnan(mixed[..., -8:].astype(np.float32)).all(), "the inputs are not written"
+
+
+def test_strided_views_head_major_output_and_broadcast_head():
+    x = list(prefill_inputs([3, 64], 4, 8, seed=63))
+    T = x[0].shape[0]
+    q1 = np.copy(x[0][:, :1])
+    qb = np.broadcast_to(q1, x[0].shape)  # head stride 0: every head reads the same row (a legal read)
+    assert qb.strides[1] == 0
+    o_dense, s_dense = gdn.prefill(np.ascontiguousarray(qb), *x[1:])
+    buf = np.full((8, T + 1, D), 7.0, dtype=BF16)  # head-major: [HV, T + 1, D] seen as [T, HV, D]
+    out = buf[:, :T].transpose(1, 0, 2)
+    o, s = gdn.prefill(qb, *x[1:], output=out)
+    assert np.array_equal(out, o_dense) and np.array_equal(s, s_dense)
+    assert (buf[:, T].astype(np.float32) == 7.0).all()
+
+
+def test_strided_view_errors():
+    d = decode_args()
+    q, k, v = d["q"], d["k"], d["v"]
+    (fq, fk, fv), _ = fused_qkv(q, k, v, pad=4)  # token stride (2H + HV)·D + 4: not 16-byte rows
+    msg = err(ValueError, "q", call_decode, q=fq, k=fk, v=fv)
+    assert "token stride 2052 elements breaks 16-byte alignment" in msg, msg
+    kt = np.ascontiguousarray(k.transpose(0, 1, 3, 2)).transpose(0, 1, 3, 2)
+    assert "last dimension (head size) must be contiguous" in err(ValueError, "k", call_decode, k=kt)
+    assert "non-negative" in err(ValueError, "v", call_decode, v=v[::-1])
+    # an output whose rows overlap: token stride 64 elements for 8 heads of 128
+    base = np.zeros(4096, dtype=BF16)
+    bad = np.lib.stride_tricks.as_strided(base, (2, 1, 8, D), (128, 128, 256, 2))
+    assert "rows overlap" in err(ValueError, "output", call_decode, output=bad)
+    zero = np.lib.stride_tricks.as_strided(base, (2, 1, 8, D), (0, 0, 256, 2))
+    assert "rows overlap" in err(ValueError, "output", call_decode, output=zero)
+    # MTP: the batch stride must be T token strides (token t of request b is row b·T + t)
+    x = list(mtp_inputs(3, 2, 4, 4, 8, seed=64))
+    wide = np.zeros((3, 3, 4, D), dtype=BF16)
+    wide[:, :2] = x[0]
+    with pytest.raises(ValueError, match="'q': batch stride 1536 must be seq_len x token stride"):
+        gdn.mtp(wide[:, :2], *x[1:])
+
+
+def test_strided_views_on_cuda_validate_before_launch():
+    # fake CUDA descriptors: the view rules are checked when the call is planned (no GPU needed)
+    names = ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b"]
+    x = list(zip(names, decode_inputs(2, 4, 8)))
+    W = (2 * 4 + 8) * D
+    descs = fake_descs(x, lambda n: 0)
+    for i, (n, heads) in enumerate((("q", 4), ("k", 4), ("v", 8))):
+        descs[i] = (4096 + 2 * i * 4 * D, (2, 1, heads, D), (W, W, D, 1), "bfloat16", 0)
+    plan = _gdn.plan("decode", descs)  # q, k, v as views of one fused buffer
+    assert tuple(plan.output_shape) == (2, 1, 8, D)
+    descs[0] = (4096, (2, 1, 4, D), (W + 4, W + 4, D, 1), "bfloat16", 0)
+    with pytest.raises(ValueError, match="'q': token stride 2052 elements breaks 16-byte alignment"):
+        _gdn.plan("decode", descs)
+    descs[0] = (4096 + 8, (2, 1, 4, D), (W, W, D, 1), "bfloat16", 0)  # the view's start: 16-byte aligned
+    with pytest.raises(ValueError, match="'q': data address must be 16-byte aligned"):
+        _gdn.plan("decode", descs)
+    descs[0] = (4096, (2, 1, 4, D), (W, W, D, 1), "bfloat16", 0)
+    plan = _gdn.plan("decode", descs)
+    s = (16384, (2, 8, D, D), (8 * D * D, D * D, D, 1), "float32", 0)
+    with pytest.raises(ValueError, match="'output': rows overlap"):
+        plan.run((8192, (2, 1, 8, D), (64, 64, D, 1), "bfloat16", 0), s, 0)

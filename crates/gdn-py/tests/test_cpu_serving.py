@@ -232,6 +232,41 @@ def test_strided_pool_views():
     assert np.array_equal(buf[[0, 2, 4], 0], before[[0, 2, 4], 0])
 
 
+def test_fused_qkv_views_with_a_pool_and_qk_norm():
+    """vLLM's prefill and verify: q, k, v as views of one mixed_qkv buffer, the output a view with a padded
+    token stride, with a strided pool, q/k norm in the kernel, precomputed gates, null-slot padding; the same
+    as the call on dense copies, bit for bit, and the output view's gaps keep their values."""
+    from test_cpu import fused_qkv, out_view
+    lens, slots, layers = [4, 0, 66, 2], 6, 2
+    q, k, v, _, A_log, a, dt_bias, b, cu = prefill_inputs(lens, 4, 8, seed=57)
+    g, _, beta = precomputed(A_log, a, dt_bias, b)
+    buf = pool_of(rnd(58), slots * layers, 8).reshape(slots, layers, 8, D, D)
+    idx = np.array([3, 1, 0, 5], np.int32)
+    kw = dict(cu_seqlens=cu, g=g, beta=beta, state_indices=idx, pad="null-slot", use_qk_l2norm_in_kernel=True)
+    dense_pool = np.ascontiguousarray(buf[:, 1])
+    o_dense, _ = gdn.prefill(q, k, v, dense_pool, **kw)
+    (fq, fk, fv), _ = fused_qkv(q, k, v, pad=8)
+    out, obuf = out_view(o_dense.shape, extra_heads=2)
+    o, _ = gdn.prefill(fq, fk, fv, buf[:, 1], output=out, **kw)
+    assert o is out
+    assert np.array_equal(out, o_dense) and np.array_equal(buf[:, 1], dense_pool)
+    assert (obuf[:, 8:].astype(np.float32) == 7.0).all()
+    # spec-decode verify on the same layout: [B, T, ...] views (batch stride = T token strides)
+    B, T = 2, 3
+    q, k, v, _, _, A_log, a, dt_bias, b = mtp_inputs(B, T, slots, 4, 8, seed=59)
+    sidx = np.array([[2, 5, 4], [1, 0, 0]], np.int32)
+    acc = np.array([2, 1], np.int32)
+    kw = dict(num_accepted_tokens=acc, pad="null-slot", use_qk_l2norm_in_kernel=True)
+    pool_dense = pool_of(rnd(60), slots, 8)
+    pool_views = pool_dense.copy()
+    o_dense, _ = gdn.mtp(q, k, v, pool_dense, sidx, A_log, a, dt_bias, b, **kw)
+    (fq, fk, fv), _ = fused_qkv(q, k, v)
+    out, obuf = out_view(o_dense.shape)
+    gdn.mtp(fq, fk, fv, pool_views, sidx, A_log, a, dt_bias, b, output=out, **kw)
+    assert np.array_equal(out, o_dense) and np.array_equal(pool_views, pool_dense)
+    assert (obuf[..., 8:, :].astype(np.float32) == 7.0).all()
+
+
 # ------------------------------------------------------------------ MTP: spec-decode slots, has_initial_state
 @pytest.mark.parametrize("pad", ["negative", "null-slot"])
 def test_mtp_spec_decode_slots(pad):

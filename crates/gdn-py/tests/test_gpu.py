@@ -751,3 +751,143 @@ def test_serving_torch_ops():
     close(o, ro, "decode_pool output (compiled)", OUT_L2)
     close(pool[idx.long()], rs, "decode_pool rows (compiled, in place)", F32_L2)
     assert torch.equal(pool[[0, 3, 5]], before[[0, 3, 5]])
+
+
+# ------------------------------------------------------------------ q, k, v and output as strided views
+# vLLM splits one fused projection mixed_qkv [T, (2H + HV)·D] into q, k, v views and passes them as they are;
+# gdn reads the rows at the views' strides (no copy). The gaps hold NaN (a read outside the rows poisons the
+# output) and the output views' gaps a guard value (a write outside the rows is seen).
+def fused_views(q, k, v, pad=8):
+    """q, k, v copied into one NaN-filled fused buffer (per token [q heads | k heads | v heads], then `pad`
+    spare elements) and returned as views of it."""
+    lead, H, HV = q.shape[:-2], q.shape[-2], v.shape[-2]
+    mixed = torch.full(lead + ((2 * H + HV) * D + pad,), float("nan"), dtype=torch.bfloat16, device=dev)
+    views = []
+    for x, start, n in ((q, 0, H), (k, H * D, H), (v, 2 * H * D, HV)):
+        part = mixed[..., start:start + n * D]
+        part.copy_(x.reshape(lead + (n * D,)))
+        views.append(part.view(lead + (n, D)))
+        assert not views[-1].is_contiguous() and views[-1].data_ptr() % 16 == 0
+    return views
+
+
+def out_view(shape, extra_heads=1):
+    """A [.., HV, D] output view of a 7.0-filled buffer with `extra_heads` spare rows after each token's."""
+    buf = torch.full(tuple(shape[:-2]) + (shape[-2] + extra_heads, D), 7.0, dtype=torch.bfloat16, device=dev)
+    return buf[..., :shape[-2], :], buf
+
+
+def guards_kept(buf, HV):
+    assert (buf[..., HV:, :] == 7.0).all(), "the gaps of the output view keep their values"
+
+
+@pytest.mark.parametrize("H,HV", [(4, 8), (16, 32)])
+def test_strided_views_decode(H, HV):
+    x = decode_inputs(33, H, HV, seed=70)
+    ro, rs = ref_decode(*x, None)
+    q, k, v = fused_views(*x[:3])
+    out, buf = out_view((33, 1, HV, D))
+    o, ns = gdn.decode(q, k, v, *x[3:], output=out)
+    assert o is out
+    close(out, ro, "output (fused views)", OUT_L2)
+    close(ns, rs, "new_state (fused views)", F32_L2)
+    guards_kept(buf, HV)
+
+
+@pytest.mark.parametrize("lens", [[70, 0, 130], [5, 700, 64], [1000]])
+def test_strided_views_prefill(lens):
+    x = prefill_inputs(lens, 4, 8, seed=71)
+    ro, rs = ref_prefill(*x, None)
+    q, k, v = fused_views(*x[:3])
+    out, buf = out_view((sum(lens), 8, D), extra_heads=2)
+    o, ns = gdn.prefill(q, k, v, *x[3:], output=out, max_seqlen=max(lens))
+    close(out, ro, "output (fused views)", OUT_L2)
+    close(ns, rs, "new_state (fused views)", PREFILL_STATE_L2)
+    guards_kept(buf, 8)
+    o2, ns2 = gdn.prefill(q, k, v, *x[3:])  # the device plan (no length hint), a dense output
+    close(o2, ro, "output (fused views, device plan)", OUT_L2)
+
+
+def test_strided_views_mtp_and_head_major_output():
+    B, T, pool = 4, 3, 6
+    x = mtp_inputs(B, T, pool, 4, 8, seed=72)
+    inter = torch.zeros(pool, T, 8, D, D, device=dev)
+    ro, rfin, ri = ref_mtp(*x, None, inter, serving=True)
+    q, k, v = fused_views(*x[:3])
+    assert q.stride(0) == T * q.stride(1)  # batch stride = T token strides
+    buf = torch.full((8, B * T + 1, D), 7.0, dtype=torch.bfloat16, device=dev)  # head-major [HV, B·T + 1, D]
+    out = buf[:, :B * T].view(8, B, T, D).permute(1, 2, 0, 3)
+    o, fin = gdn.mtp(q, k, v, *x[3:], None, inter, output=out, update_pool=True)
+    close(out, ro, "output (fused views, head-major output)", OUT_L2)
+    close(fin, rfin, "final_state (fused views)", F32_L2)
+    close(inter, ri, "intermediate (fused views)", F32_L2)
+    assert (buf[:, B * T] == 7.0).all()
+
+
+def test_strided_views_vllm_serving_calls():
+    """vLLM's calls on mixed_qkv views: prefill with a null-slot pool, has_initial_state, g / beta and in-kernel
+    q/k norm; a decode step with the pool captured in a CUDA graph (the strided path allocates nothing)."""
+    lens, slots = [70, 0, 5, 130], 8
+    x = prefill_inputs(lens, 4, 8, seed=73)
+    pool = 0.1 * randn(gen(74), slots, 8, D, D)
+    before = pool.clone()
+    idx = torch.tensor([6, 2, 0, 3], dtype=torch.int32, device=dev)
+    flags = torch.tensor([1, 1, 1, 0], dtype=torch.int32, device=dev)
+    logg, beta = raw_gates(*x[4:8])
+    q, k, v = fused_views(*x[:3])
+    out, buf = out_view((sum(lens), 8, D))
+    gdn.prefill(q, k, v, pool, cu_seqlens=x[8].to(torch.int32), g=logg.float(), beta=beta.float(), output=out,
+                state_indices=idx, pad="null-slot", has_initial_state=flags, use_qk_l2norm_in_kernel=True,
+                max_seqlen=130)
+    c = [0] + torch.cumsum(torch.tensor(lens), 0).tolist()
+    for n, r in [(0, 6), (3, 3)]:
+        s0, s1 = c[n], c[n + 1]
+        init = torch.zeros(8, D, D, dtype=torch.float64, device=dev) if n == 3 else before[r].double()
+        ro, rs, _ = sref(x[0][s0:s1], x[1][s0:s1], x[2][s0:s1], init, logg[s0:s1], beta[s0:s1], norm=True)
+        close(out[s0:s1], ro, f"output of sequence {n}", OUT_L2)
+        close(pool[r], rs, f"pool row {r}", PREFILL_STATE_L2)
+    assert not out[c[2]:c[3]].any(), "padded sequence: zero output"
+    guards_kept(buf, 8)
+
+    B = 16
+    y = decode_inputs(B, 4, 8, seed=75)
+    q, k, v = fused_views(*y[:3])
+    didx = torch.arange(1, B + 1, dtype=torch.int32, device=dev)
+    out, buf = out_view((B, 1, 8, D))
+    kw = dict(output=out, state_indices=didx, pad="null-slot", use_qk_l2norm_in_kernel=True)
+    graph = captured(lambda: gdn.decode(q, k, v, pool, *y[4:], **kw))
+    before = pool.clone()
+    replay_with(graph, [], [])
+    lg, bt = raw_gates(*y[4:8])
+    for n in (0, 15):
+        r = int(didx[n])
+        ro, rs, _ = sref(y[0][n], y[1][n], y[2][n], before[r].double(), lg[n], bt[n], norm=True)
+        close(out[n], ro, f"decode output {n} (graph replay, views)", OUT_L2)
+        close(pool[r], rs, f"decode pool row {r} (graph replay, views)", NORM_L2)
+    guards_kept(buf, 8)
+
+
+def test_strided_views_torch_ops():
+    import gdn._torch_ops  # noqa: F401
+
+    x = prefill_inputs([64, 37], 4, 8, seed=76)
+    ro, rs = ref_prefill(*x, None)
+    q, k, v = fused_views(*x[:3])
+    o, ns = torch.ops.gdn.prefill(q, k, v, *x[3:], None)
+    close(o, ro, "torch.ops.gdn.prefill output (views)", OUT_L2)
+    close(ns, rs, "torch.ops.gdn.prefill new_state (views)", PREFILL_STATE_L2)
+
+
+def test_strided_view_errors_on_cuda():
+    x = decode_inputs(2, 4, 8, seed=77)
+    q, k, v = fused_views(*x[:3], pad=4)  # token stride (2H + HV)·D + 4: rows not 16-byte aligned
+    with pytest.raises(ValueError, match="'q': token stride 2052 elements breaks 16-byte alignment"):
+        gdn.decode(q, k, v, *x[3:])
+    q, k, v = fused_views(*x[:3])
+    base = torch.zeros(4096, dtype=torch.bfloat16, device=dev)
+    with pytest.raises(ValueError, match="'output': rows overlap"):
+        gdn.decode(q, k, v, *x[3:], output=base.as_strided((2, 1, 8, D), (64, 64, D, 1)))
+    z = mtp_inputs(3, 2, 4, 4, 8, seed=78)
+    wide = torch.zeros(3, 3, 4, D, dtype=torch.bfloat16, device=dev)
+    with pytest.raises(ValueError, match="'q': batch stride"):
+        gdn.mtp(wide[:, :2], *z[1:])

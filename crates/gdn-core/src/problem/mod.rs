@@ -20,7 +20,7 @@ mod serving_checks;
 mod types;
 pub use serving_checks::int_values;
 use serving_checks::{gate_mode, gate_name};
-pub use types::{BetaRef, Dims, Inputs, MtpMode, Problem, RunOptions, StateRef};
+pub use types::{ActViews, BetaRef, Dims, Inputs, MtpMode, Problem, RunOptions, StateRef, View};
 
 impl Problem {
     /// Validates `tensors` against `def` and binds every axis. No backend work happens before this passes.
@@ -203,6 +203,7 @@ impl Problem {
             cu_dtype: tensors.get("cu_seqlens").map_or(DType::I64, Tensor::dtype),
             checkpoint_rows: 0,
             checkpoint_dtype: DType::F32,
+            act_views: None,
         };
         p.check_serving_tensors(tensors)?;
         let cu = tensors.get("cu_seqlens").map(int_values);
@@ -268,6 +269,7 @@ impl Problem {
             || self.spec_slots
             || self.cu_dtype == DType::I32
             || self.mtp_mode == MtpMode::Serving
+            || self.act_views.is_some()
     }
 
     /// Typed views of the (already validated) tensors.

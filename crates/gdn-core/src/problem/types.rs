@@ -1,7 +1,7 @@
 //! The problem model's types: a validated problem's sizes and flags, the caller's options, and typed views of
 //! its input tensors.
 
-use crate::definition::Definition;
+use crate::definition::{Definition, Heads};
 use crate::dtype::DType;
 use crate::serving::{GateMode, Serving};
 use half::bf16;
@@ -82,6 +82,76 @@ pub struct Problem {
     pub checkpoint_rows: usize,
     /// dtype of the `checkpoints` buffer (the state's, or F32).
     pub checkpoint_dtype: DType,
+    /// Device placement of q, k, v and the output as strided views (None: dense tensors). A memory layout
+    /// only: the host tensors, the math and the reference are the same; the CPU backend ignores it.
+    pub act_views: Option<ActViews>,
+}
+
+/// One activation tensor's place in a device buffer: rows of `head_size` contiguous elements, row (token t,
+/// head h) at element `offset + t·token + h·head`. Token t counts over the whole call (`b·T + t` for
+/// decode and MTP).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    pub offset: usize,
+    pub token: usize,
+    pub head: usize,
+}
+
+impl View {
+    /// Elements from the buffer's start to the end of the last row of `tokens` tokens of `heads` heads.
+    pub fn span(&self, tokens: usize, heads: usize, head_size: usize) -> usize {
+        if tokens == 0 || heads == 0 {
+            return self.offset;
+        }
+        self.offset + (tokens - 1) * self.token + (heads - 1) * self.head + head_size
+    }
+
+    /// Element offset of row (token t, head h).
+    #[inline]
+    pub fn row(&self, t: usize, h: usize) -> usize {
+        self.offset + t * self.token + h * self.head
+    }
+}
+
+/// q, k and v as views into one shared device buffer, and the output as a view into a buffer of its own: the
+/// layout of engines that split one fused input projection (vLLM's `mixed_qkv`, per token
+/// `[q heads | k heads | v heads]`) and write into a padded output.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ActViews {
+    pub q: View,
+    pub k: View,
+    pub v: View,
+    pub out: View,
+}
+
+impl ActViews {
+    /// vLLM's fused projection: per token `[q heads | k heads | v heads]` (token stride `(2H + HV)·D`, head
+    /// stride `D`), and the output `[tokens, HV, D]` with `out_pad` extra elements after each token's rows and
+    /// `out_offset` elements before the first.
+    pub fn fused_qkv(h: &Heads, out_offset: usize, out_pad: usize) -> ActViews {
+        let d = h.head_size;
+        let token = (2 * h.num_q_heads + h.num_v_heads) * d;
+        let at = |offset| View {
+            offset,
+            token,
+            head: d,
+        };
+        ActViews {
+            q: at(0),
+            k: at(h.num_q_heads * d),
+            v: at(2 * h.num_q_heads * d),
+            out: View {
+                offset: out_offset,
+                token: h.num_v_heads * d + out_pad,
+                head: d,
+            },
+        }
+    }
+
+    /// (token, head) strides of q, k, v, output, in that order.
+    pub fn strides(&self) -> [[usize; 2]; 4] {
+        [self.q, self.k, self.v, self.out].map(|v| [v.token, v.head])
+    }
 }
 
 /// Typed state storage (fp32 per the definitions, or bf16).

@@ -10,7 +10,7 @@
 // its launch's. Nothing is read on the host and nothing synchronises; a launch that is not the call's costs the
 // dispatch of CTAs that exit after one load round (~0.8 us per wave of them on the H200).
 //
-// Needs common/gates.cuh first (i64, u32, u64). Included by prefill_fused.cu and prefill_chunk64.cu.
+// Needs common/serving.cuh first (cu_at). Included by prefill_fused.cu and prefill_chunk64.cu.
 #pragma once
 
 // Most sequences a device-planned call may have (the registry's DEVICE_PLAN_MAX_N): each lane reads at most 8 lengths,
@@ -32,20 +32,18 @@ __device__ __forceinline__ i64 warp_bound(i64 m) {
     return (i64)(((u64)hi << 32) | lo);
 }
 
-// The device plan's longest sequence: max over i < n of cu[i + 1] − cu[i] (n <= DEVICE_PLAN_MAX_N; 0 when n <= 0). Whole
-// warps call it; the result is warp-uniform and comes from redux.sync, so ptxas keeps what derives from it on the
-// uniform datapath. (The fused longest-first kernels need no shortest length: their ranking notices equal lengths
-// itself, prefill_fused/schedule.cuh.)
-__device__ __forceinline__ i64 longest_seq(const i64* cu, i64 n) {
+// The device plan's longest sequence of prefill call p: max over i < num_seqs of cu[i + 1] − cu[i] (num_seqs <=
+// DEVICE_PLAN_MAX_N; 0 when there are none), cu read through cu_at (common/serving.cuh: int64, or int32 in the serving
+// build). Whole warps call it; the result is warp-uniform and comes from redux.sync, so ptxas keeps what derives from
+// it on the uniform datapath. (The fused longest-first kernels need no shortest length: their ranking notices equal
+// lengths itself, prefill_fused/schedule.cuh.)
+template <class P> __device__ __forceinline__ i64 call_longest_seq(const P& p) {
     const int lane = threadIdx.x & 31;
     i64 m = 0;
 #pragma unroll
     for (int r = 0; r < DEVICE_PLAN_MAX_N / 32; ++r) {
         const i64 i = (i64)r * 32 + lane;
-        if (i < n) {
-            const i64 len = cu[i + 1] - cu[i];
-            m = len > m ? len : m;
-        }
+        if (i < p.num_seqs) m = max(m, cu_at(p, i + 1) - cu_at(p, i));
     }
     return warp_bound<true>(m);
 }

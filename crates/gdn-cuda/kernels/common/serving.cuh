@@ -7,7 +7,7 @@
 // Kernels branch on `flags` uniformly (every thread sees the same value), so the definition path costs a few
 // predicated instructions and no memory traffic.
 //
-// Layout (72 bytes, 8-byte fields first; the Rust mirror abi::params::ServingParams checks every offset):
+// Layout (136 bytes, 8-byte fields first; the Rust mirror abi::params::ServingParams checks every offset):
 //   @0   gate               f32 [tokens, HV]: log decay g (GATE_LOG) or linear decay alpha (GATE_LINEAR)
 //   @8   beta               f32 or bf16 (SV_BETA_BF16) [tokens, HV], post-sigmoid
 //   @16  pool_indices       i32 or i64 (SV_INDEX_I64) [N]: decode/prefill pool row per sequence, or NULL
@@ -20,6 +20,9 @@
 //                           through sv_row_stride(), which maps 0 to the dense stride.
 //   @64  flags              i32, bits below
 //   @68  checkpoint_every   i32 tokens between checkpoints (a multiple of 64), 0 = none
+//   @72  act_stride         i64 [4][2]: (token, head) strides in elements of q, k, v, out (SV_STRIDED; else dense
+//                           [tokens, heads, 128]). The last dimension is contiguous; every stride is a multiple of 8
+//                           (16-byte rows) and non-negative; read only through sv_act_off().
 #pragma once
 #include "common/gates.cuh"
 
@@ -34,6 +37,10 @@
 #define SV_CU_I32 (1 << 7)    // prefill cu_seqlens are i32 (else i64)
 #define SV_CKPT_F32 (1 << 8)  // checkpoints are f32 (else the state dtype)
 #define SV_CKPT_START_I32 (1 << 9) // checkpoint_starts are i32 (else i64)
+#define SV_STRIDED (1 << 10)  // q, k, v, out rows are at act_stride (views into larger tensors), else dense
+
+// Which activation tensor an act_stride row describes.
+enum : int { SV_Q = 0, SV_K = 1, SV_V = 2, SV_OUT = 3 };
 
 struct ServingParams {
     const float* gate;
@@ -46,6 +53,7 @@ struct ServingParams {
     i64 state_row_stride;
     i32 flags;
     i32 checkpoint_every;
+    i64 act_stride[4][2];
 };
 
 // The in-kernel q/k norm's epsilon (FLA's and FlashInfer's): x / sqrt(sum(x^2) + eps).
@@ -95,7 +103,89 @@ __device__ __forceinline__ i64 sv_checkpoint_start(const ServingParams& s, i64 n
                                          : reinterpret_cast<const i64*>(s.checkpoint_starts)[n];
 }
 
-// Prefill cu_seqlens entry i (int64 or int32 per the flags).
-__device__ __forceinline__ i64 sv_cu(const ServingParams& s, const void* cu, i64 i) {
-    return (s.flags & SV_CU_I32) ? (i64) reinterpret_cast<const i32*>(cu)[i] : reinterpret_cast<const i64*>(cu)[i];
+// ---- The prefill builds. prefill_fused.cu and prefill_chunk64.cu compile twice: with GDN_SERVING (the serving build:
+// the params end with the pool's row count and this block) and without (the definition build: the params end before
+// them, and sv_of() is an all-zero block known at compile time, so every serving branch folds away and the definition
+// kernels keep the definition's code and their 112/128-byte params). The kernels reach the block only through these.
+#ifdef GDN_SERVING
+template <class P> __device__ __forceinline__ const ServingParams& sv_of(const P& p) { return p.serving; }
+template <class P> __device__ __forceinline__ i64 sv_state_rows(const P& p) { return p.num_state_rows; }
+#else
+template <class P> __device__ __forceinline__ ServingParams sv_of(const P&) { return ServingParams{}; }
+template <class P> __device__ __forceinline__ i64 sv_state_rows(const P& p) { return p.num_seqs; }
+#endif
+
+// cu_seqlens[i] of a prefill call (P has `cu_seqlens`). The serving build reads int64 or int32 (SV_CU_I32) offsets as
+// one 32-bit load: offsets are below 2^31 (PrefillArgs::validate: T fits 31 bits), so an int64 offset's low word is its
+// value, at byte offset i << 3 or i << 2 (a select between two loads would cost the searches over cu_seqlens ~25
+// instructions per round). The definition build reads int64.
+template <class P> __device__ __forceinline__ i64 cu_at(const P& p, i64 i) {
+#ifdef GDN_SERVING
+    const int sh = (p.serving.flags & SV_CU_I32) ? 2 : 3;
+    return (i64)*reinterpret_cast<const i32*>(reinterpret_cast<const unsigned char*>(p.cu_seqlens) + (i << sh));
+#else
+    return reinterpret_cast<const i64*>(p.cu_seqlens)[i];
+#endif
+}
+
+// Where a prefill sequence reads and writes its state: `base`, the element offset of its (row, value head h) in
+// state / new_state (64-bit), and whether it reads it (else zeros), writes it, or is padding (output rows zero,
+// nothing read or written). Definition mode: row seq of state (read when present, the sequence is not empty and
+// has_initial_state allows) and of new_state (always written: zeros for an empty sequence). Pool mode
+// (pool_indices): row idx = pool_indices[seq] of the pool (state = new_state, rows sv_row_stride apart); an index
+// that is padding under the call's rule, or >= the pool's rows, makes the sequence padding; an empty sequence reads
+// and writes nothing.
+struct SvStateRow {
+    i64 base;
+    bool read, write, pad;
+};
+// Whether pool index `idx` of a pool with `rows` rows makes a sequence padding (pool mode).
+__device__ __forceinline__ bool sv_pool_pad(const ServingParams& s, i64 idx, i64 rows) {
+    return sv_is_pad(s, idx) || idx >= rows;
+}
+// `idx`: pool_indices[seq] (loaded by the caller, ahead of its use), ignored outside pool mode; `has_state`: the call
+// passed an initial state; `heads`: HV; `rows`: the pool's rows.
+__device__ __forceinline__ SvStateRow sv_state_row(const ServingParams& s, bool has_state, i64 seq, i64 idx, i64 len,
+                                                   int h, int heads, i64 rows) {
+    const i64 dense = (i64)heads * (128 * 128), head = (i64)h * (128 * 128);
+    SvStateRow r;
+    if (s.pool_indices != nullptr) {
+        r.pad = sv_pool_pad(s, idx, rows);
+        r.write = !r.pad && len > 0;
+        r.read = r.write && has_state && sv_has_initial(s, seq);
+        r.base = (r.pad ? 0 : idx) * sv_row_stride(s, dense) + head;
+    } else {
+        r.pad = false;
+        r.write = true;
+        r.read = has_state && len > 0 && sv_has_initial(s, seq);
+        r.base = seq * dense + head;
+    }
+    return r;
+}
+
+// One state element, f32 or bf16 (the K-first paths' single-element accesses).
+template <bool BF16> __device__ __forceinline__ float state_ld1(const void* base, i64 off) {
+    if constexpr (BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[off]);
+    else return reinterpret_cast<const float*>(base)[off];
+}
+template <bool BF16> __device__ __forceinline__ void state_st1(void* base, i64 off, float x) {
+    if constexpr (BF16) reinterpret_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
+    else reinterpret_cast<float*>(base)[off] = x;
+}
+
+// Element offset of (token t, head h) in activation tensor `which` (SV_Q, SV_K, SV_V, SV_OUT) whose dense layout is
+// [tokens, heads, 128]: the caller's view strides with SV_STRIDED, else the dense offset.
+__device__ __forceinline__ i64 sv_act_off(const ServingParams& s, int which, i64 t, i64 h, i64 heads) {
+    if (s.flags & SV_STRIDED) return t * s.act_stride[which][0] + h * s.act_stride[which][1];
+    return (t * heads + h) * 128;
+}
+
+// Token and head strides (elements) of activation `which` (SV_Q … SV_OUT) whose dense layout is [tokens, heads, 128]:
+// the caller's view strides with SV_STRIDED, else the dense ones. The prefill kernels form their row pointers from
+// these (one pointer per lane and tensor, advanced by the token stride).
+__device__ __forceinline__ i64 sv_tok_stride(const ServingParams& s, int which, i64 heads) {
+    return (s.flags & SV_STRIDED) ? s.act_stride[which][0] : heads * 128;
+}
+__device__ __forceinline__ i64 sv_head_stride(const ServingParams& s, int which) {
+    return (s.flags & SV_STRIDED) ? s.act_stride[which][1] : 128;
 }

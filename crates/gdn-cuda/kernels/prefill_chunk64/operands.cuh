@@ -37,17 +37,18 @@ __device__ __forceinline__ void load_kq_rows(const Prefill64Params& p, u32 kq, i
     static_assert(THREADS % 128 == 0, "whole warpgroups");
     constexpr int RS = THREADS / 16;
     const int r0 = tid >> 4, c = tid & 15;
-    const i64 row = (i64)p.num_q_heads * D;  // elements between token rows
-    const i64 off = (start + r0) * row + (i64)hq * D + c * 8;
-    const __nv_bfloat16 *kp = p.k + off, *qp = p.q + off;
+    // elements between token rows (dense: H·D; a view's with SV_STRIDED, common/serving.cuh)
+    const i64 rowk = sv_tok_stride(sv_of(p), SV_K, p.num_q_heads), rowq = sv_tok_stride(sv_of(p), SV_Q, p.num_q_heads);
+    const __nv_bfloat16* kp = p.k + (start + r0) * rowk + hq * sv_head_stride(sv_of(p), SV_K) + c * 8;
+    const __nv_bfloat16* qp = p.q + (start + r0) * rowq + hq * sv_head_stride(sv_of(p), SV_Q) + c * 8;
     const u32 dst = kq + (u32)(c >> 3) * (128 * 128) + swz(r0, c & 7);
 #pragma unroll
     for (int it = 0; it < C / RS; ++it) {
         const bool ok = r0 + it * RS < nvalid;  // (a row past the end copies nothing from the tensor's base)
         cp_async16(dst + (u32)(it * RS * 128), ok ? kp : p.k, ok);
         if (LOADQ) cp_async16(dst + (u32)((C + it * RS) * 128), ok ? qp : p.q, ok);
-        kp += RS * row;
-        qp += RS * row;
+        kp += RS * rowk;
+        qp += RS * rowq;
     }
 }
 

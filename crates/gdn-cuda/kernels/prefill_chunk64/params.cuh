@@ -3,9 +3,11 @@
 // the record the prep writes per (chunk, value head) and the walks read.
 #pragma once
 
-// Parameters of every gdn_prefill64_* kernel: the definition's tensors (8-byte fields first), the pool's row count,
-// then the serving-mode block (common/serving.cuh; all zero in definition mode); 208 bytes. Mirrored by the Rust
-// runtime (offsets in the comments).
+// Parameters of every gdn_prefill64_* kernel: the definition's tensors (8-byte fields first), 128 bytes; the serving
+// build (GDN_SERVING, common/serving.cuh) appends the pool's row count and the serving-mode block, 272 bytes. The Rust
+// runtime mirrors the serving build's struct (offsets in the comments) and passes it to both builds: a definition
+// kernel declares, and the driver copies, only the first 128 bytes. Why two builds: a params struct over 128 bytes
+// changes ptxas's code for the walks even where no serving branch runs (the 1x8192 plain walk 5% slower).
 struct Prefill64Params {
     const __nv_bfloat16* q;        //   0: [T, H, 128] bf16
     const __nv_bfloat16* k;        //   8: [T, H, 128] bf16
@@ -30,8 +32,10 @@ struct Prefill64Params {
     i32 num_v_heads;               // 120: HV (multiple of H)
     i32 seg_chunks;                // 124: context-parallel kernels: chunks per segment L >= 1 (others: ignored; the
                                    //      device plan: 0)
+#ifdef GDN_SERVING
     i64 num_state_rows;            // 128: rows of state (the pool's in pool mode): a pool index >= this is padding
-    ServingParams serving;         // 136: the serving modes (common/serving.cuh), 72 bytes; zero: definition mode
+    ServingParams serving;         // 136: the serving modes (common/serving.cuh), 136 bytes
+#endif
 };
 // The device plan's build (modules prefill64_dp / prefill64_wide_dp, compiled with GDN_DEVICE_PLAN;
 // common/device_plan.cuh): the same kernels under the same names, each taking these thresholds after the params.
@@ -49,27 +53,18 @@ struct Prefill64Params {
 // does, before it in the stream.
 constexpr int DP_LAUNCHES = 5;     // prep, walk, cp pass 1, cp scan, cp pass 3 (the vgrid / counter index)
 struct Prefill64PlanParams {
-    Prefill64Params p;             //   0
-    i64 plan_from;                 // 208: tokens (0: always; i64 max: never)
-    i64 plan_cp_from;              // 216: tokens (i64 max: never cp)
-    i32 plan_cp_l_lo;              // 224: >= 1: the L the host sized the cp grids and workspace for
-    i32 plan_cp_l_hi;              // 228: >= plan_cp_l_lo
-    u32* claimed;                  // 232: DP_LAUNCHES counters in device memory (after the workspace; the prep zeroes
+    i64 plan_from;                 //   0: tokens (0: always; i64 max: never)
+    i64 plan_cp_from;              //   8: tokens (i64 max: never cp)
+    i32 plan_cp_l_lo;              //  16: >= 1: the L the host sized the cp grids and workspace for
+    i32 plan_cp_l_hi;              //  20: >= plan_cp_l_lo
+    u32* claimed;                  //  24: DP_LAUNCHES counters in device memory (after the workspace; the prep zeroes
                                    //      them)
-    u32 vgrid[DP_LAUNCHES][3];     // 240: each launch's grid as the default build would launch it (x, y, z)
-    u32 pad;                       // 300
+    u32 vgrid[DP_LAUNCHES][3];     //  32: each launch's grid as the default build would launch it (x, y, z)
+    u32 pad;                       //  92
+    Prefill64Params p;             //  96 (thresholds first: one Rust struct for both builds; 224 / 368 bytes)
 };
 
 namespace gdn_prefill64 {
-
-// cu_seqlens[i], int64 or int32 (SV_CU_I32): every read of the offsets goes through here. Offsets are below 2^31
-// (PrefillArgs::validate: T fits 31 bits), so an int64 offset's low 32-bit word is its value: either width is one
-// 32-bit load, at byte offset i << 3 or i << 2 (a select between two loads would cost the searches over cu_seqlens
-// ~25 instructions per round).
-__device__ __forceinline__ i64 cu_at(const Prefill64Params& p, i64 i) {
-    const int sh = (p.serving.flags & SV_CU_I32) ? 2 : 3;
-    return (i64)*reinterpret_cast<const i32*>(reinterpret_cast<const unsigned char*>(p.cu_seqlens) + (i << sh));
-}
 
 constexpr int C = 64;              // chunk length (tokens)
 constexpr int D = 128;             // head dim (K = V = 128)

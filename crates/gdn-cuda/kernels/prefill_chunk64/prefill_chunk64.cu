@@ -6,11 +6,13 @@
 // Compiled at run time by NVRTC (-arch=sm_90a -std=c++17; every .cuh is an in-memory header named by its path under
 // kernels/, so the tools compile it with -I crates/gdn-cuda/kernels). Two compilation units come from this file: the
 // default one (module prefill64) and, with GDN_PREFILL64_WIDE, the two-warpgroup cp passes only (module
-// prefill64_wide). GDN_DEVICE_PLAN builds the device plan's kernels of either (modules prefill64_dp,
-// prefill64_wide_dp; Prefill64PlanParams).
+// prefill64_wide). GDN_SERVING builds the serving kernels of either (modules prefill64_sv, prefill64_wide_sv: params
+// with the serving block; without it sv_of is an all-zero block known at compile time and the definition kernels
+// keep their 128-byte params and no serving code). GDN_DEVICE_PLAN builds the device plan's kernels of any of them
+// (modules prefill64_dp, prefill64_wide_dp, prefill64_sv_dp, prefill64_wide_sv_dp; Prefill64PlanParams).
 //
 // Files, in include order:
-//   params.cuh       Prefill64Params and Prefill64PlanParams, cu_seqlens reads, the chunk constants, the workspace
+//   params.cuh       Prefill64Params and Prefill64PlanParams, the chunk constants, the workspace
 //                    record's layout
 //   operands.cuh     operand formats: f16 with power-of-two scales, tf32 splits, swizzled panels, K / Q row loads and
 //                    their in-kernel q/k norm
@@ -68,9 +70,11 @@
 // fp32 or bf16 by walk variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory. Value head h
 // reads q/k head h / (HV / H). All offsets are 64-bit. HV need not be even here.
 //
-// Serving modes (Prefill64Params::serving, common/serving.cuh; gdn_core's float64 reference defines them), each a
-// uniform branch on the params outside the walks' wgmma windows:
-//   state pool      walk.cuh state_row: a real walk (the plain walk, cp pass 1 segment 0, cp pass 3) of sequence n
+// Serving modes (the GDN_SERVING build's Prefill64Params::serving, common/serving.cuh; gdn_core's float64 reference
+// defines them), each a uniform branch on the params outside the walks' wgmma windows:
+//   views           q, k, v and out rows at the caller's token / head strides (operands.cuh load_kq_rows, walk.cuh V
+//                   loads and output stores; sv_tok_stride / sv_head_stride)
+//   state pool      walk.cuh state_row (common/serving.cuh sv_state_row): a real walk (the plain walk, cp pass 1 segment 0, cp pass 3) of sequence n
 //                   reads / writes pool row pool_indices[n] (rows sv_row_stride apart, in place); padding (by the
 //                   call's rule, or an index >= num_state_rows) writes zero outputs and leaves the walk;
 //                   has_initial_state = 0 starts from zeros; an empty sequence reads and writes nothing. The prep and
@@ -79,7 +83,7 @@
 //   gates           prep.cuh: precomputed g / alpha and beta in place of a, b, A_log, dt_bias
 //   q/k norm        operands.cuh normalize_kq_rows: the prep and every walk normalise their own K (and Q) rows in
 //                   shared memory, bit for bit the same
-//   offsets         int32 or int64 cu_seqlens (params.cuh cu_at)
+//   offsets         int32 or int64 cu_seqlens (common/serving.cuh cu_at)
 //   checkpoints     walk.cuh walk_checkpoint: a chunk end every checkpoint_every tokens; the cp plan's real walks
 //                   cover every chunk from its true start state, so they write every checkpoint
 //
@@ -91,8 +95,8 @@
 // ---------------------------------------------------------------------------------------------------------
 #include "common/gates.cuh"
 #include "common/sm90.cuh"
-#include "common/device_plan.cuh"
 #include "common/serving.cuh"
+#include "common/device_plan.cuh"
 #include "prefill_chunk64/params.cuh"
 #include "prefill_chunk64/operands.cuh"
 #include "prefill_chunk64/schedule.cuh"

@@ -116,7 +116,7 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p, const Bid bid)
     const int nseg = nch > L ? (nch + L - 1) / L : 1;
     if (nseg < 3) return;
     // a padded sequence (pool mode): its real walks write zero outputs and never read the start states
-    if (p.serving.pool_indices != nullptr && pool_pad(p, sv_pool_index(p.serving, seq))) return;
+    if (sv_of(p).pool_indices != nullptr && pool_pad(p, sv_pool_index(sv_of(p), seq))) return;
     pdl_wait();  // (the search above ran while pass 1 finished)
     const i64 first = seg_first(p, seq, L);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;

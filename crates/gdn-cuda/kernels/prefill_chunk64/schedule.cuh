@@ -84,18 +84,7 @@ __device__ __forceinline__ void write_walk_order(const Prefill64Params& p, i64 i
     if (threadIdx.x == 0) walk_order(p)[wcount[0] + wcount[1] + wcount[2] + wcount[3]] = i;
 }
 
-// ---- The device plan (Prefill64PlanParams). Its longest sequence (common/device_plan.cuh longest_seq) from int64 or
-// int32 cu_seqlens; whole warps call it, the result is warp-uniform.
-__device__ __forceinline__ i64 call_longest_seq(const Prefill64Params& p) {
-    const int lane = threadIdx.x & 31;
-    i64 m = 0;
-#pragma unroll
-    for (int r = 0; r < DEVICE_PLAN_MAX_N / 32; ++r) {
-        const i64 i = (i64)r * 32 + lane;
-        if (i < p.num_seqs) m = max(m, cu_at(p, i + 1) - cu_at(p, i));
-    }
-    return warp_bound<true>(m);
-}
+// ---- The device plan (Prefill64PlanParams; its longest sequence: common/device_plan.cuh call_longest_seq).
 // Each launch's part in it:
 enum PlanPart { PART_PREP, PART_WALK, PART_CP };
 // Whether this launch runs the call under the device plan, and its segment length: L for the cp plan (plan/prefill/device.rs

@@ -81,8 +81,8 @@ __device__ __forceinline__ void walk_wg_issue(const Prefill64Params& p, unsigned
     load_kq_rows<Lay::THREADS, LOADQ>(p, smem_addr(slot + Lay::KQ), start, nvalid, hq, tid);
     if (loadv) {  // V: the CTA's WGS halves, 512 pieces each, 4 per thread: piece pc of rows rv0, rv0 + 16, ...
         const int rv0 = tid / (8 * WGS), pc = tid % (8 * WGS);
-        const i64 row = (i64)HV * D;
-        const __nv_bfloat16* vp = p.v + (start + rv0) * row + (i64)h * D + v0 + pc * 8;
+        const i64 row = sv_tok_stride(sv_of(p), SV_V, HV);
+        const __nv_bfloat16* vp = p.v + (start + rv0) * row + h * sv_head_stride(sv_of(p), SV_V) + v0 + pc * 8;
         const u32 dst = smem_addr(slot + Lay::V) + (u32)(pc >> 3) * (C * 128) + swz(rv0, pc & 7);
 #pragma unroll
         for (int it = 0; it < 4; ++it) {
@@ -123,47 +123,13 @@ struct WalkJob {
     float* end_ws;            // END_WS: likewise; END_WS_T (pass 1's M): in the scan's order (scan_a_piece)
 };
 
-// ---- the state's rows in memory (the real walks: not SUMMARY)
-// Where a walk's sequence reads and writes its state: `base`, the element offset of its (row, value head h) in state /
-// new_state (64-bit), and whether it reads it (else zeros), writes it, or is padding (outputs zero, nothing read or
-// written). Definition mode: row seq of state (read when present, the sequence is not empty and has_initial_state
-// allows) and of new_state (always written: zeros for an empty sequence). Pool mode (serving.pool_indices): row
-// idx = pool_indices[seq] of the pool (state = new_state, rows sv_row_stride apart); an index that is padding under the
-// call's rule, or >= num_state_rows, makes the sequence padding; an empty sequence reads and writes nothing.
-struct StateRow {
-    i64 base;
-    bool read, write, pad;
-};
-// Whether pool index `idx` makes a sequence padding (pool mode).
+// The sequence's state row and padding (common/serving.cuh sv_state_row).
 __device__ __forceinline__ bool pool_pad(const Prefill64Params& p, i64 idx) {
-    return sv_is_pad(p.serving, idx) || idx >= p.num_state_rows;
+    return sv_pool_pad(sv_of(p), idx, sv_state_rows(p));
 }
-__device__ __forceinline__ StateRow state_row(const Prefill64Params& p, i64 seq, i64 len, int h) {
-    const ServingParams& sv = p.serving;
-    const i64 dense = (i64)p.num_v_heads * (D * D), head = (i64)h * (D * D);
-    StateRow r;
-    if (sv.pool_indices != nullptr) {
-        const i64 idx = sv_pool_index(sv, seq);
-        r.pad = pool_pad(p, idx);
-        r.write = !r.pad && len > 0;
-        r.read = r.write && p.state != nullptr && sv_has_initial(sv, seq);
-        r.base = (r.pad ? 0 : idx) * sv_row_stride(sv, dense) + head;
-    } else {
-        r.pad = false;
-        r.write = true;
-        r.read = p.state != nullptr && len > 0 && sv_has_initial(sv, seq);
-        r.base = seq * dense + head;
-    }
-    return r;
-}
-// One state element, f32 or bf16 (the K-first layout's pairs along k are D apart).
-template <bool BF16> __device__ __forceinline__ float state_ld1(const void* base, i64 off) {
-    if constexpr (BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[off]);
-    else return reinterpret_cast<const float*>(base)[off];
-}
-template <bool BF16> __device__ __forceinline__ void state_st1(void* base, i64 off, float x) {
-    if constexpr (BF16) reinterpret_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
-    else reinterpret_cast<float*>(base)[off] = x;
+__device__ __forceinline__ SvStateRow state_row(const Prefill64Params& p, i64 seq, i64 len, int h) {
+    const i64 idx = sv_of(p).pool_indices != nullptr ? sv_pool_index(sv_of(p), seq) : 0;
+    return sv_state_row(sv_of(p), p.state != nullptr, seq, idx, len, h, p.num_v_heads, sv_state_rows(p));
 }
 // Sᵀ rows `row`, row + 8 (value rows), columns 8j + 2t, +1 (the accumulator layout) from / to one (row, head) of a
 // [.., HV, 128, 128] tensor at element offset `base`, in the call's layout: k-last ([v][k]: adjacent pairs) or
@@ -212,7 +178,7 @@ __device__ __forceinline__ void state_rows_store(void* dst, const float* S, i64 
 template <bool BF16STATE>
 __device__ __forceinline__ void walk_checkpoint(const Prefill64Params& p, const float* S, i64 seq, int done, i64 bos,
                                                 i64 eos, int h, int row, int t) {
-    const ServingParams& sv = p.serving;
+    const ServingParams& sv = sv_of(p);
     const int every = sv.checkpoint_every / C;  // chunks
     if (every <= 0 || done % every != 0 || (i64)done * C > eos - bos) return;
     const i64 base = ((sv_checkpoint_start(sv, seq) + done / every - 1) * p.num_v_heads + h) * (i64)(D * D);
@@ -249,14 +215,15 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     // for its chunks and leaves (CTA-uniform: nothing of the walk's set-up has happened; a persistent CTA's barriers
     // keep their phases); summary walks (from zero or the identity, into the workspace) need no row. (Setting c1 = c0
     // instead would take the chunk range, and every address derived from it, off the uniform datapath.)
-    StateRow sr{0, false, false, false};
+    SvStateRow sr{0, false, false, false};
     if constexpr (!SUMMARY) {
         sr = state_row(p, seq, len, h);
         if (sr.pad) {
             const i64 t0 = bos + (i64)c0 * C, t1 = min(eos, bos + (i64)c1 * C);
             constexpr int PIECES = 8 * WGS;  // 16-byte pieces of the CTA's value columns in a token row
             for (i64 e = tid; e < (t1 - t0) * PIECES; e += Lay::THREADS)
-                *reinterpret_cast<uint4*>(p.out + ((t0 + e / PIECES) * HV + h) * (i64)D + vload + 8 * (int)(e % PIECES)) =
+                *reinterpret_cast<uint4*>(p.out + (t0 + e / PIECES) * sv_tok_stride(sv_of(p), SV_OUT, HV) +
+                                          h * sv_head_stride(sv_of(p), SV_OUT) + vload + 8 * (int)(e % PIECES)) =
                     make_uint4(0u, 0u, 0u, 0u);
             return;
         }
@@ -266,7 +233,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     const int srow = v0 + 16 * w + g;                                // value row of S[4j], S[4j + 1]
     const i64 wbase = (i64)(v0 + 16 * w) * D;                        // f32 [128][128] workspace states
     if (job.init == INIT_STATE && sr.read) {
-        state_rows_load<BF16STATE>(p.state, S, sr.base, srow, t, (p.serving.flags & SV_KFIRST) != 0);
+        state_rows_load<BF16STATE>(p.state, S, sr.base, srow, t, (sv_of(p).flags & SV_KFIRST) != 0);
     } else if (job.init == INIT_WS) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -316,7 +283,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
         mbar_wait(bar0 + 8 * (lc & 1), ((u32)(lc >> 1) + (bars >> (lc & 1))) & 1u);
         __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)
-        if (p.serving.flags & SV_QK_NORM) {  // (serving) the in-kernel q/k norm of the slot's K (and Q) rows, in place
+        if (sv_of(p).flags & SV_QK_NORM) {  // (serving) the in-kernel q/k norm of the slot's K (and Q) rows, in place
             normalize_kq_rows<Lay::THREADS, SUMMARY ? C : 2 * C>(slot + Lay::KQ, tid);
             fence_proxy_async();
             __syncthreads();
@@ -466,15 +433,16 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
                 const int idx = it * 128 + (tid & 127), r = idx >> 3, pc = idx & 7;
                 const i64 tok = cstart + r;
                 if (tok < eos)
-                    *reinterpret_cast<uint4*>(p.out + (tok * HV + h) * (i64)D + v0 + 8 * pc) =
+                    *reinterpret_cast<uint4*>(p.out + tok * sv_tok_stride(sv_of(p), SV_OUT, HV) +
+                                              h * sv_head_stride(sv_of(p), SV_OUT) + v0 + 8 * pc) =
                         *reinterpret_cast<const uint4*>(os + r * W2_LDO + 8 * pc);
             }
-            if (p.serving.checkpoint_every > 0) walk_checkpoint<BF16STATE>(p, S, seq, c + 1, bos, eos, h, srow, t);
+            if (sv_of(p).checkpoint_every > 0) walk_checkpoint<BF16STATE>(p, S, seq, c + 1, bos, eos, h, srow, t);
         }
     }
     if (job.end == END_STATE) {
         // (sr.write, re-derived rather than held across the chunk loop: a padded walk has left already)
-        if (p.serving.pool_indices == nullptr || len > 0) state_rows_store<BF16STATE>(p.new_state, S, sr.base, srow, t, (p.serving.flags & SV_KFIRST) != 0);
+        if (sv_of(p).pool_indices == nullptr || len > 0) state_rows_store<BF16STATE>(p.new_state, S, sr.base, srow, t, (sv_of(p).flags & SV_KFIRST) != 0);
     } else if (job.end == END_WS) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {

@@ -10,9 +10,10 @@ namespace gdn_prefill {
 __device__ __forceinline__ void zero_output(const PrefillParams& p, i64 bos, i64 len, int h, int c0, int width) {
     const int pieces = width / 8;
     const i64 n = len * pieces;
+    const i64 ts = sv_tok_stride(sv_of(p), SV_OUT, p.num_v_heads), hs = sv_head_stride(sv_of(p), SV_OUT);
     for (i64 e = threadIdx.x; e < n; e += blockDim.x) {
         const i64 tok = bos + e / pieces;
-        *reinterpret_cast<uint4*>(p.out + (tok * p.num_v_heads + h) * (i64)D + c0 + 8 * (int)(e % pieces)) =
+        *reinterpret_cast<uint4*>(p.out + tok * ts + h * hs + c0 + 8 * (int)(e % pieces)) =
             make_uint4(0u, 0u, 0u, 0u);
     }
 }
@@ -61,7 +62,7 @@ __device__ __forceinline__ void producer_loop(const PrefillParams& p, unsigned c
             __syncwarp();
         }
         const int nvalid = rem < C ? (int)rem : C;
-        if (SV && (p.serving.flags & SV_QK_NORM)) normalize_qk<BV>(smem + (j % R) * SL::BYTES, lane);
+        if (SV && (sv_of(p).flags & SV_QK_NORM)) normalize_qk<BV>(smem + (j % R) * SL::BYTES, lane);
         compute_chunk<BV, SV>(p, smem + (j % R) * SL::BYTES, scr, h, nvalid, dtb, nea, lane);
         mbar_arrive(full0 + 8 * (j % R));  // every lane: its copies and stores happen-before the walkers' reads
         if (late && jn < nch) {  // (jn < R: its slot has not been used yet)
@@ -109,7 +110,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     // arrived — one DRAM round trip off the critical path of short calls. Rows < lead_rows exist in the tensors; the
     // rows past the sequence's end are zeroed once its length is known (below), and a cu_seqlens[0] != 0 reloads.
     const bool spec = !LF && seq == 0 && p.lead_rows > 0 && warp == NWK;  // producer 0
-    const bool svprod = (p.serving.flags & (SV_GATE_MASK | SV_QK_NORM)) != 0;  // the producers' serving build
+    const bool svprod = (sv_of(p).flags & (SV_GATE_MASK | SV_QK_NORM)) != 0;  // the producers' serving build
     if (spec) {  // slot 0, not committed yet
         if (svprod) load_chunk<BV, true>(p, smem, 0, p.lead_rows, hq, h, v0, lane);
         else load_chunk<BV, false>(p, smem, 0, p.lead_rows, hq, h, v0, lane);
@@ -118,9 +119,9 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     // the barrier set-up below (cold DRAM round trips: every CTA of a sequence > 0 waits for its offsets before it can
     // load anything).
     i64 bos = LF ? 0 : cu_at(p, seq), eos = LF ? 0 : cu_at(p, seq + 1);
-    const bool pool = p.serving.pool_indices != nullptr;
-    i64 pidx = !LF && pool ? sv_pool_index(p.serving, seq) : 0;
-    const bool raw_gates = (p.serving.flags & SV_GATE_MASK) == 0;
+    const bool pool = sv_of(p).pool_indices != nullptr;
+    i64 pidx = !LF && pool ? sv_pool_index(sv_of(p), seq) : 0;
+    const bool raw_gates = (sv_of(p).flags & SV_GATE_MASK) == 0;
     float dtb = raw_gates ? p.dt_bias[h] : 0.f, alog = raw_gates ? p.A_log[h] : 0.f;
     // (SPLIT: after the ranking, which decides how many walkers a CTA runs)
     if (!SPLIT && threadIdx.x == 0) {
@@ -155,13 +156,13 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
         seq = lfv[0];
         bos = lfv[1];
         eos = lfv[2];
-        if (pool && seq >= 0) pidx = sv_pool_index(p.serving, seq);
+        if (pool && seq >= 0) pidx = sv_pool_index(sv_of(p), seq);
     }
     if constexpr (SPLIT) {
         if (seq < 0) return;  // a spare group (CTA-uniform)
     }
     const i64 len = eos > bos ? eos - bos : 0;
-    const StateRow sr = state_row(p, seq, pidx, len, h);
+    const SvStateRow sr = state_row(p, seq, pidx, len, h);
     if (sr.pad) {  // (CTA-uniform) a padded sequence: its output rows are zero, no state is read or written
         cp_async_commit();
         cp_async_wait<0>();  // (sequence 0's speculative copies, if any, land before the CTA leaves)

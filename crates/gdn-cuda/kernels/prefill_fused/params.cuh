@@ -4,9 +4,11 @@
 // shared memory), which the Rust registry checks against these constexprs at every compile.
 #pragma once
 
-// Parameters of every gdn_prefill_* kernel: the definition's tensors (8-byte fields first, then 4-byte fields), the
-// pool's row count, then the serving-mode block (common/serving.cuh; all zero in definition mode); 192 bytes.
-// The Rust runtime mirrors this struct byte for byte (offsets in the comments).
+// Parameters of every gdn_prefill_* kernel: the definition's tensors (8-byte fields first, then 4-byte fields), 112
+// bytes; the serving build (GDN_SERVING, common/serving.cuh) appends the pool's row count and the serving-mode block,
+// 256 bytes. The Rust runtime mirrors the serving build's struct byte for byte (offsets in the comments) and passes
+// it to both builds: a definition kernel declares, and the driver copies, only the first 112 bytes. Why two builds:
+// a params struct over 128 bytes, and the serving branches, change ptxas's code for the walks.
 struct PrefillParams {
     const __nv_bfloat16* q;        //   0: [T, H, 128] bf16
     const __nv_bfloat16* k;        //   8: [T, H, 128] bf16
@@ -28,8 +30,10 @@ struct PrefillParams {
     i32 num_v_heads;               // 104: HV, a multiple of H, even (gates are copied as aligned bf16 pairs)
     i32 lead_rows;                 // 108: min(T, 16): rows of q/k/v/a/b that exist whatever cu_seqlens says
                                    //      (sequence 0's first chunk is loaded before cu_seqlens; 0 disables)
+#ifdef GDN_SERVING
     i64 num_state_rows;            // 112: rows of state (the pool's in pool mode): a pool index >= this is padding
-    ServingParams serving;         // 120: the serving modes (common/serving.cuh), 72 bytes; zero: definition mode
+    ServingParams serving;         // 120: the serving modes (common/serving.cuh), 136 bytes
+#endif
 };
 // The device plan's build (module prefill_dp, compiled with GDN_DEVICE_PLAN; common/device_plan.cuh): the same
 // kernels under the same names, taking run_below and run_from after the params. A kernel runs the call only when its
@@ -37,23 +41,15 @@ struct PrefillParams {
 // fused tile, or the prefill_chunk64 launches) and every CTA here exits at once. run_below < 0: never (a test route).
 // A device plan may launch two tiles: a wide one for near-equal lengths (bv128 keeps one chain per (sequence, head))
 // and a narrow one for skewed calls (bv64's chain per chunk is shorter, and the longest sequence's chain is the call's
-// time). A build of its own so that host-planned calls run without the guard. 208 bytes.
+// time). A build of its own so that host-planned calls run without the guard. The thresholds come first, so one Rust
+// struct serves both builds: 128 bytes (definition build), 272 (serving build).
 struct PrefillPlanParams {
-    PrefillParams p;               //   0
-    i64 run_below;                 // 192
-    i64 run_from;                  // 200
+    i64 run_below;                 //   0
+    i64 run_from;                  //   8
+    PrefillParams p;               //  16
 };
 
 namespace gdn_prefill {
-
-// cu_seqlens[i], int64 or int32 (SV_CU_I32): every read of the offsets goes through here. Offsets are below 2^31
-// (PrefillArgs::validate: T fits 31 bits), so an int64 offset's low 32-bit word is its value: either width is one
-// 32-bit load, at byte offset i << 3 or i << 2 (a select between two loads would cost the searches over cu_seqlens
-// ~25 instructions per round).
-__device__ __forceinline__ i64 cu_at(const PrefillParams& p, i64 i) {
-    const int sh = (p.serving.flags & SV_CU_I32) ? 2 : 3;
-    return (i64)*reinterpret_cast<const i32*>(reinterpret_cast<const unsigned char*>(p.cu_seqlens) + (i << sh));
-}
 
 constexpr int C = 16;              // chunk length (tokens); every mma shape below assumes 16
 constexpr int D = 128;             // head dim (K = V = 128)

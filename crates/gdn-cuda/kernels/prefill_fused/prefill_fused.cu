@@ -2,11 +2,13 @@
 // via mma.sync. The module's entry: it includes the role headers of this folder in order and exports the kernels.
 //
 // Compiled at run time by NVRTC (-arch=sm_90a -std=c++17; every .cuh is an in-memory header named by its path under
-// kernels/, so the tools compile it with -I crates/gdn-cuda/kernels). The default build defines nothing;
-// GDN_DEVICE_PLAN builds the device plan's kernels (module prefill_dp, PrefillPlanParams).
+// kernels/, so the tools compile it with -I crates/gdn-cuda/kernels). The default build defines nothing: the
+// definition mode, 112-byte params and no serving code (common/serving.cuh sv_of folds every serving branch away);
+// GDN_SERVING builds the serving kernels (module prefill_sv: params with the serving block); GDN_DEVICE_PLAN builds
+// the device plan's kernels of either (modules prefill_dp, prefill_sv_dp; PrefillPlanParams).
 //
 // Files, in include order:
-//   params.cuh       PrefillParams and PrefillPlanParams, cu_seqlens reads, the chunk and tile constants, a ring slot's
+//   params.cuh       PrefillParams and PrefillPlanParams, the chunk and tile constants, a ring slot's
 //                    shared-memory layout, and every tile's launch shape (walk scheme, warps, threads, dynamic shared
 //                    memory)
 //   producer.cuh     the producer warps' work on one chunk: its loads (and q/k norm), and its state-independent
@@ -58,10 +60,11 @@
 // (k-last; fp32 or bf16 by variant); out [T, HV, 128] bf16; cu_seqlens int64 [N+1] in device memory.
 // Value head h reads q/k head h / (HV / H). All offsets are 64-bit.
 //
-// Serving modes (PrefillParams::serving, common/serving.cuh; gdn_core's float64 reference defines them). Each is a
-// uniform branch on the params, outside the walkers' per-chunk chain where it can be (the definition mode pays the
-// branches only):
-//   state pool      walker_ops.cuh state_row: sequence n reads and writes pool row pool_indices[n] (rows
+// Serving modes (the GDN_SERVING build's PrefillParams::serving, common/serving.cuh; gdn_core's float64 reference
+// defines them). Each is a uniform branch on the params, outside the walkers' per-chunk chain where it can be:
+//   views           q, k, v and out rows at the caller's token / head strides (producer.cuh load_chunk,
+//                   walker_ops.cuh store_output, body.cuh zero_output; sv_tok_stride / sv_head_stride)
+//   state pool      walker_ops.cuh state_row (common/serving.cuh sv_state_row): sequence n reads and writes pool row pool_indices[n] (rows
 //                   sv_row_stride apart, in place); padding (by the call's rule, or an index >= num_state_rows) writes
 //                   zero outputs and touches no state (body.cuh); has_initial_state = 0 starts from zeros; an empty
 //                   sequence reads and writes nothing
@@ -69,7 +72,7 @@
 //   gates           precomputed g / alpha and beta (f32, or bf16 beta) in place of a, b, A_log, dt_bias; the
 //                   producers' serving build (body.cuh producer_loop<SV>) loads and converts them
 //   q/k norm        producer.cuh normalize_qk: the slot's K and Q rows, in place, before anything reads them
-//   offsets         int32 or int64 cu_seqlens (params.cuh cu_at)
+//   offsets         int32 or int64 cu_seqlens (common/serving.cuh cu_at)
 //   checkpoints     walker_ops.cuh checkpoint: the state after every checkpoint_every tokens (a multiple of 64, so
 //                   a chunk end), written by the walkers that hold it
 //
@@ -80,8 +83,8 @@
 // ---------------------------------------------------------------------------------------------------------
 #include "common/gates.cuh"
 #include "common/sm90.cuh"
-#include "common/device_plan.cuh"
 #include "common/serving.cuh"
+#include "common/device_plan.cuh"
 #include "prefill_fused/params.cuh"
 #include "prefill_fused/producer.cuh"
 #include "prefill_fused/schedule.cuh"

@@ -16,7 +16,7 @@ struct GateSrc {
     int odd, shift;
 };
 __device__ __forceinline__ GateSrc gate_src(const PrefillParams& p, int lane) {
-    const ServingParams& sv = p.serving;
+    const ServingParams& sv = sv_of(p);
     // raw gates: both a and b are bf16 pairs; precomputed: g / alpha f32, beta f32 or a bf16 pair
     const bool raw = (sv.flags & SV_GATE_MASK) == 0,
                half = raw || (lane >= 16 && (sv.flags & SV_BETA_BF16) != 0);
@@ -34,25 +34,26 @@ __device__ __forceinline__ void load_chunk(const PrefillParams& p, unsigned char
     const u32 ks = smem_addr(slot + Slot<BV>::K_OFF), qs = smem_addr(slot + Slot<BV>::Q_OFF);
     {
         const int r0 = lane >> 4, c = lane & 15;  // 256 pieces of 16 B per tile: piece c of rows r0, r0 + 2, ...
-        const i64 row = (i64)p.num_q_heads * D;
-        const i64 off = (t0 + r0) * row + (i64)hq * D + c * 8;
-        const __nv_bfloat16 *kp = p.k + off, *qp = p.q + off;
+        // token strides (dense: H·D; a view's with SV_STRIDED, common/serving.cuh)
+        const i64 rowk = sv_tok_stride(sv_of(p), SV_K, p.num_q_heads), rowq = sv_tok_stride(sv_of(p), SV_Q, p.num_q_heads);
+        const __nv_bfloat16* kp = p.k + (t0 + r0) * rowk + hq * sv_head_stride(sv_of(p), SV_K) + c * 8;
+        const __nv_bfloat16* qp = p.q + (t0 + r0) * rowq + hq * sv_head_stride(sv_of(p), SV_Q) + c * 8;
         const u32 d = (u32)(r0 * LDK + c * 8) * 2;
 #pragma unroll
         for (int it = 0; it < C / 2; ++it) {
             const bool ok = r0 + 2 * it < nrows;  // (a row past the end copies nothing from the tensor's base)
             cp_async16(ks + d + (u32)(2 * it * LDK * 2), ok ? kp : p.k, ok);
             cp_async16(qs + d + (u32)(2 * it * LDK * 2), ok ? qp : p.q, ok);
-            kp += 2 * row;
-            qp += 2 * row;
+            kp += 2 * rowk;
+            qp += 2 * rowq;
         }
     }
     {
         constexpr int PPR = BV / 8;      // 16-byte pieces per V row (2..16: divides 32)
         constexpr int RSTEP = 32 / PPR;  // rows per step
         const int r0 = lane / PPR, c = lane % PPR;
-        const i64 row = (i64)p.num_v_heads * D;
-        const __nv_bfloat16* vp = p.v + (t0 + r0) * row + (i64)h * D + v0 + c * 8;
+        const i64 row = sv_tok_stride(sv_of(p), SV_V, p.num_v_heads);
+        const __nv_bfloat16* vp = p.v + (t0 + r0) * row + h * sv_head_stride(sv_of(p), SV_V) + v0 + c * 8;
         const u32 vs = smem_addr(slot + Slot<BV>::V_OFF) + (u32)(r0 * Slot<BV>::LDV + c * 8) * 2;
 #pragma unroll
         for (int it = 0; it < C / RSTEP; ++it) {
@@ -185,7 +186,7 @@ __device__ __forceinline__ ChunkGates prep_gates(const PrefillParams& p, unsigne
     const float sg = rcp_ftz(1.f + ex2_ftz(-1.4426950408889634f * graw));
     float lg, be;
     if constexpr (SV) {
-        const int sflags = p.serving.flags;
+        const int sflags = sv_of(p).flags;
         const float gf = __uint_as_float(gpair);  // (precomputed gates) the f32 word
         const float lgp = (sflags & SV_GATE_LINEAR) ? fmaxf(0.6931471805599453f * lg2_ftz(gf), -1.0e4f) : gf;
         const float bep = (sflags & SV_BETA_BF16) ? graw : gf;

@@ -148,17 +148,4 @@ __device__ __forceinline__ void lf_rank(const PrefillParams& p, i64 r, int lane,
     }
 }
 
-// The device plan's longest sequence (common/device_plan.cuh longest_seq) from int64 or int32 cu_seqlens. Whole warps
-// call it; the result is warp-uniform.
-__device__ __forceinline__ i64 call_longest_seq(const PrefillParams& p) {
-    const int lane = threadIdx.x & 31;
-    i64 m = 0;
-#pragma unroll
-    for (int r = 0; r < DEVICE_PLAN_MAX_N / 32; ++r) {
-        const i64 i = (i64)r * 32 + lane;
-        if (i < p.num_seqs) m = max(m, cu_at(p, i + 1) - cu_at(p, i));
-    }
-    return warp_bound<true>(m);
-}
-
 }  // namespace gdn_prefill

@@ -114,7 +114,8 @@ __device__ __forceinline__ void store_output(const PrefillParams& p, unsigned ch
     const i64 tok = tok0 + i;
     if (tok < eos) {
         const uint4 val = *reinterpret_cast<const uint4*>(os + i * LDS16 + 8 * half);
-        *reinterpret_cast<uint4*>(p.out + (tok * p.num_v_heads + h) * (i64)D + vw + 8 * half) = val;
+        *reinterpret_cast<uint4*>(p.out + tok * sv_tok_stride(sv_of(p), SV_OUT, p.num_v_heads) +
+                                  h * sv_head_stride(sv_of(p), SV_OUT) + vw + 8 * half) = val;
     }
     __syncwarp();
 }
@@ -164,44 +165,10 @@ __device__ __forceinline__ void state_update(float (&S)[NT][4], const u32 (&kf)[
     }
 }
 
-// ---- the state's rows in memory
-// Where a CTA's sequence reads and writes its state: `base`, the element offset of its (row, value head h) in state /
-// new_state (64-bit), and whether it reads it (else zeros), writes it, or is padding (output rows zero, nothing read
-// or written). Definition mode: row seq of state (read when present, the sequence is not empty and has_initial_state
-// allows) and of new_state (always written: zeros for an empty sequence). Pool mode (serving.pool_indices):
-// row idx = pool_indices[seq] of the pool (state = new_state, rows sv_row_stride apart); an index that is padding
-// under the call's rule, or >= num_state_rows, makes the sequence padding; an empty sequence reads and writes nothing.
-struct StateRow {
-    i64 base;
-    bool read, write, pad;
-};
+// ---- the state's rows in memory (the sequence's row and padding: common/serving.cuh sv_state_row)
 // `idx`: pool_indices[seq] (loaded by the caller, ahead of its use), ignored outside pool mode.
-__device__ __forceinline__ StateRow state_row(const PrefillParams& p, i64 seq, i64 idx, i64 len, int h) {
-    const ServingParams& sv = p.serving;
-    const i64 dense = (i64)p.num_v_heads * (D * D), head = (i64)h * (D * D);
-    StateRow r;
-    if (sv.pool_indices != nullptr) {
-        r.pad = sv_is_pad(sv, idx) || idx >= p.num_state_rows;
-        r.write = !r.pad && len > 0;
-        r.read = r.write && p.state != nullptr && sv_has_initial(sv, seq);
-        r.base = (r.pad ? 0 : idx) * sv_row_stride(sv, dense) + head;
-    } else {
-        r.pad = false;
-        r.write = true;
-        r.read = p.state != nullptr && len > 0 && sv_has_initial(sv, seq);
-        r.base = seq * dense + head;
-    }
-    return r;
-}
-
-// One state element, f32 or bf16 (the K-first layout's pairs along k are D apart).
-template <bool BF16> __device__ __forceinline__ float state_ld1(const void* base, i64 off) {
-    if constexpr (BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[off]);
-    else return reinterpret_cast<const float*>(base)[off];
-}
-template <bool BF16> __device__ __forceinline__ void state_st1(void* base, i64 off, float x) {
-    if constexpr (BF16) reinterpret_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
-    else reinterpret_cast<float*>(base)[off] = x;
+__device__ __forceinline__ SvStateRow state_row(const PrefillParams& p, i64 seq, i64 idx, i64 len, int h) {
+    return sv_state_row(sv_of(p), p.state != nullptr, seq, idx, len, h, p.num_v_heads, sv_state_rows(p));
 }
 
 // Load / store NT k-tiles of 8 of Sᵀ rows vw + g (+8), k columns kb + 8nt + 2t (+1) at element offset `base` (one
@@ -211,7 +178,7 @@ template <int NT, bool BF16>
 __device__ __forceinline__ void load_state(const PrefillParams& p, float (&S)[NT][4], i64 base, int vw, int kb, int lane,
                                            bool have) {
     const int g = lane >> 2, t = lane & 3;
-    const bool kfirst = (p.serving.flags & SV_KFIRST) != 0;
+    const bool kfirst = (sv_of(p).flags & SV_KFIRST) != 0;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         const int k = kb + 8 * nt + 2 * t;
@@ -251,9 +218,9 @@ __device__ __forceinline__ void store_slice(void* dst, const float (&S)[NT][4], 
 }
 // The final state to new_state (when the sequence writes it).
 template <int NT, bool BF16STATE>
-__device__ __forceinline__ void store_state(const PrefillParams& p, const float (&S)[NT][4], const StateRow& sr, int vw,
+__device__ __forceinline__ void store_state(const PrefillParams& p, const float (&S)[NT][4], const SvStateRow& sr, int vw,
                                             int kb, int lane) {
-    if (sr.write) store_slice<NT, BF16STATE>(p.new_state, S, sr.base, vw, kb, lane, (p.serving.flags & SV_KFIRST) != 0);
+    if (sr.write) store_slice<NT, BF16STATE>(p.new_state, S, sr.base, vw, kb, lane, (sv_of(p).flags & SV_KFIRST) != 0);
 }
 // Prefix-cache checkpoints (serving.checkpoint_every > 0, a multiple of 64 tokens = 4 chunks): a walker calls this
 // after each chunk behind one uniform branch on the params (the definition mode's chunk loop runs the same
@@ -264,11 +231,11 @@ __device__ __forceinline__ void store_state(const PrefillParams& p, const float 
 // The sequence and its tokens are re-read here rather than held in registers across the chunk loop (bv128 has none
 // to spare): the longest-first kernels keep them in shared memory (`lfv`, warp 0's record), the others take the
 // sequence from blockIdx (NVG CTAs per (sequence, head)) and read cu_seqlens again.
-__device__ __forceinline__ int ckpt_chunks(const PrefillParams& p) { return p.serving.checkpoint_every / C; }
+__device__ __forceinline__ int ckpt_chunks(const PrefillParams& p) { return sv_of(p).checkpoint_every / C; }
 template <int NT, bool BF16STATE, int NVG>
 __device__ __forceinline__ void checkpoint(const PrefillParams& p, const float (&S)[NT][4], const i64* lfv, int done,
                                            int h, int vw, int kb, int lane) {
-    const ServingParams& sv = p.serving;
+    const ServingParams& sv = sv_of(p);
     const int every = ckpt_chunks(p);
     if (every <= 0 || done % every != 0) return;
     i64 seq, bos, eos;

@@ -11,7 +11,7 @@ namespace gdn_prefill {
 // Its state slice Sᵀ[16 v][128 k] lives in fp32 mma accumulator fragments (64 registers) for the whole sequence.
 template <int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned char* smem, unsigned char* wstage,
-                                              u32 full0, u32 empty0, const StateRow& sr, const i64* lfv, int h,
+                                              u32 full0, u32 empty0, const SvStateRow& sr, const i64* lfv, int h,
                                               int v0, int lane, int warp, i64 bos, i64 eos, int nch,
                                               int start_threads) {
     constexpr int BV = 16 * NW;
@@ -58,7 +58,7 @@ __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned c
         form_output<BV>(slot, l, t, Y, Vn, O);
         mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
         store_output(p, wstage + warp * WS_BYTES, O, bos + (i64)c * C, eos, h, vw, lane);
-        if (p.serving.checkpoint_every > 0) checkpoint<16, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 0, lane);
+        if (sv_of(p).checkpoint_every > 0) checkpoint<16, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 0, lane);
     }
     store_state<16, BF16STATE>(p, S, sr, vw, 0, lane);  // (zeros for an empty sequence in definition mode)
 }
@@ -70,7 +70,7 @@ __device__ __forceinline__ void single_walker(const PrefillParams& p, unsigned c
 template <int ROLE, int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
                                               unsigned char* wstage, u32 full0, u32 empty0, u32 vn0,
-                                              const StateRow& sr, const i64* lfv, int h, int v0, int lane, int warp,
+                                              const SvStateRow& sr, const i64* lfv, int h, int v0, int lane, int warp,
                                               i64 bos, i64 eos, int nch, int start_threads) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
@@ -129,7 +129,7 @@ __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned c
         if constexpr (ROLE == 2) {
             store_output(p, wstage + wv * WS_BYTES, O, bos + (i64)c * C, eos, h, vw, lane);
         } else {  // (the state walker writes the checkpoints)
-            if (p.serving.checkpoint_every > 0) checkpoint<16, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 0, lane);
+            if (sv_of(p).checkpoint_every > 0) checkpoint<16, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 0, lane);
         }
     }
     if constexpr (ROLE == 1) {
@@ -146,7 +146,7 @@ __device__ __forceinline__ void mirror_walker(const PrefillParams& p, unsigned c
 template <int NW, int NP, bool BF16STATE>
 __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsigned char* smem, unsigned char* hring,
                                              unsigned char* zx, u32 full0, u32 empty0, u32 vn0, u32 sready0,
-                                             const StateRow& sr, const i64* lfv, int h, int v0, int lane, int warp,
+                                             const SvStateRow& sr, const i64* lfv, int h, int v0, int lane, int warp,
                                              int nch) {
     constexpr int BV = 16 * NW;
     constexpr int R = ring_depth<NP>();
@@ -215,7 +215,7 @@ __device__ __forceinline__ void ksplit_state_walker(const PrefillParams& p, unsi
             mbar_arrive(vn0 + 8 * (c % R));  // release: the stores above happen-before the output walker's reads
         }
         mbar_arrive(empty0 + 8 * (c % R));  // this lane is done with the slot (it may take chunk c + R)
-        if (p.serving.checkpoint_every > 0) checkpoint<8, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 64 * kh, lane);
+        if (sv_of(p).checkpoint_every > 0) checkpoint<8, BF16STATE, D / BV>(p, S, lfv, c + 1, h, vw, 64 * kh, lane);
     }
     store_state<8, BF16STATE>(p, S, sr, vw, 64 * kh, lane);  // (zeros for an empty sequence in definition mode)
 }

@@ -3,7 +3,10 @@
 //! them, and the one builder from a validated gdn_core `Problem` plus device pointers ([`Args::for_problem`]),
 //! which the CUDA backend and the Python binding both use.
 
-use crate::abi::params::{sv, Prefill64Params, PrefillParams, RecurrentParams, ServingParams};
+use crate::abi::params::{
+    sv, Prefill64Params, PrefillParams, RecurrentParams, ServingParams, ACT_K, ACT_OUT, ACT_Q,
+    ACT_V,
+};
 use crate::kernels::registry::{self, StateDtype};
 use crate::plan::prefill::PrefillPlan;
 use crate::plan::Shape;
@@ -78,12 +81,25 @@ pub struct ServingArgs {
     pub state_row_stride: usize,
     /// Prefill `cu_seqlens` are i32.
     pub cu_i32: bool,
+    /// (token, head) element strides of q, k, v, out (rows `abi::params::ACT_Q` … `ACT_OUT`), or None: dense
+    /// `[tokens, heads, 128]`. The last dimension is contiguous.
+    pub act_strides: Option<[[i64; 2]; 4]>,
 }
 
 impl ServingArgs {
-    /// Whether any serving capability is on (false: the definition mode).
+    /// Whether any serving capability is on (false: the definition mode, which runs the definition builds). The
+    /// dtype and padding options of absent tensors (pool indices, checkpoints) change nothing a kernel does.
     pub fn is_active(&self) -> bool {
-        *self != ServingArgs::default()
+        self.gates != GateMode::Raw
+            || self.qk_l2norm
+            || self.layout != StateLayout::default()
+            || self.pool_indices != 0
+            || self.has_initial != 0
+            || self.num_accepted != 0
+            || self.checkpoint_every > 0
+            || self.state_row_stride != 0
+            || self.cu_i32
+            || self.act_strides.is_some()
     }
 
     /// Pointer alignment and option ranges.
@@ -158,6 +174,7 @@ impl ServingArgs {
             (self.cu_i32, sv::CU_I32),
             (self.checkpoints_f32, sv::CKPT_F32),
             (self.checkpoint_starts_i32, sv::CKPT_START_I32),
+            (self.act_strides.is_some(), sv::STRIDED),
         ] {
             if on {
                 flags |= bit;
@@ -174,6 +191,7 @@ impl ServingArgs {
             state_row_stride: self.state_row_stride as i64,
             flags,
             checkpoint_every: self.checkpoint_every as i32,
+            act_stride: self.act_strides.unwrap_or_default(),
         }
     }
 
@@ -204,8 +222,96 @@ impl ServingArgs {
             },
             state_row_stride: d.state_row_stride,
             cu_i32: p.cu_dtype == DType::I32,
+            act_strides: p
+                .act_views
+                .map(|v| v.strides().map(|r| r.map(|x| x as i64))),
         }
     }
+
+    /// The activation views (`act_strides`), when given, for a call of `tokens` tokens with `q_heads` q/k
+    /// heads and `v_heads` value heads of `head_size` elements ([`check_act_view`] on each).
+    pub fn validate_act(
+        &self,
+        tokens: usize,
+        q_heads: usize,
+        v_heads: usize,
+        head_size: usize,
+    ) -> Result<()> {
+        let Some(s) = self.act_strides else {
+            return Ok(());
+        };
+        for (name, row, heads) in [
+            ("q", ACT_Q, q_heads),
+            ("k", ACT_K, q_heads),
+            ("v", ACT_V, v_heads),
+            ("output", ACT_OUT, v_heads),
+        ] {
+            check_act_view(name, s[row], tokens, heads, head_size, row == ACT_OUT)?;
+        }
+        Ok(())
+    }
+}
+
+/// One activation view (q, k, v or the output) the kernels can take: `[token, head]` element strides, rows of
+/// `head_size` contiguous elements. Each stride is non-negative and a multiple of 8 elements (16-byte rows,
+/// like the base pointer), and the farthest element's offset fits 64 bits (the kernels form every offset in
+/// 64 bits). Inputs may overlap (a head stride of 0 reads one head for all). A view the kernels write
+/// (`written`: the output) must not overlap itself: token-major (head stride >= `head_size`, token stride >=
+/// `heads` x head stride) or head-major (token stride >= `head_size`, head stride >= `tokens` x token stride);
+/// a stride of an axis of length 1 is never used.
+pub fn check_act_view(
+    tensor: &str,
+    [token, head]: [i64; 2],
+    tokens: usize,
+    heads: usize,
+    head_size: usize,
+    written: bool,
+) -> Result<()> {
+    for (what, s) in [("token", token), ("head", head)] {
+        if s < 0 {
+            return Err(bad(
+                tensor,
+                format!("{what} stride {s} elements is negative"),
+            ));
+        }
+        if s % 8 != 0 {
+            return Err(bad(
+                tensor,
+                format!("{what} stride {s} elements breaks 16-byte alignment (a multiple of 8 elements)"),
+            ));
+        }
+    }
+    let (t, h, d) = (tokens as i128, heads as i128, head_size as i128);
+    if t == 0 || h == 0 {
+        return Ok(());
+    }
+    let last = (t - 1) * token as i128 + (h - 1) * head as i128 + d;
+    if last > i64::MAX as i128 {
+        return Err(bad(
+            tensor,
+            format!("the view spans {last} elements, past the kernels' 64-bit offsets"),
+        ));
+    }
+    if written {
+        // `n_inner` rows `inner` apart, repeated `n_outer` times `outer` apart, never overlap
+        let nested = |inner: i128, n_inner: i128, outer: i128, n_outer: i128| {
+            let block = if n_inner == 1 { d } else { n_inner * inner };
+            (n_inner == 1 || inner >= d) && (n_outer == 1 || outer >= block)
+        };
+        let (ts, hs) = (token as i128, head as i128);
+        if !(nested(hs, h, ts, t) || nested(ts, t, hs, h)) {
+            return Err(bad(
+                tensor,
+                format!(
+                    "rows overlap: token stride {token}, head stride {head} elements for {tokens} tokens of \
+                     {heads} heads of {head_size}; a written view needs head stride >= {head_size} and token \
+                     stride >= heads x head stride (or token stride >= {head_size} and head stride >= tokens \
+                     x token stride)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn gate_tensor(g: GateMode) -> &'static str {
@@ -333,6 +439,12 @@ impl RecurrentArgs {
         let sv = &self.serving;
         self.validate_serving()?;
         sv.validate(self.num_v_heads * self.head_size * self.head_size)?;
+        sv.validate_act(
+            self.batch.saturating_mul(self.seq_len),
+            self.num_q_heads,
+            self.num_v_heads,
+            self.head_size,
+        )?;
         if self.state_indices == 0 && sv.pool_indices == 0 && self.num_state_rows < self.batch {
             return Err(bad(
                 "state",
@@ -364,6 +476,7 @@ impl RecurrentArgs {
             || sv.has_initial != 0
             || sv.num_accepted != 0
             || sv.state_row_stride != 0
+            || sv.act_strides.is_some()
         {
             Build::Serving
         } else {
@@ -493,6 +606,12 @@ impl PrefillArgs {
         to_i32("num_q_heads", self.num_q_heads)?;
         to_i32("num_v_heads", self.num_v_heads)?;
         sv.validate(self.num_v_heads * self.head_size * self.head_size)?;
+        sv.validate_act(
+            self.total_tokens,
+            self.num_q_heads,
+            self.num_v_heads,
+            self.head_size,
+        )?;
         if sv.num_accepted != 0 {
             return Err(bad(
                 "num_accepted_tokens",

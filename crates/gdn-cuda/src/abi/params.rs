@@ -16,7 +16,7 @@ use crate::kernels::registry::params_size;
 pub use crate::kernels::registry::DP_LAUNCHES;
 use std::mem::{offset_of, size_of};
 
-/// `struct ServingParams` of `kernels/common/serving.cuh`, 72 bytes: the serving-mode block every params
+/// `struct ServingParams` of `kernels/common/serving.cuh`, 136 bytes: the serving-mode block every params
 /// struct ends with. All zero is the definition mode.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -41,7 +41,15 @@ pub struct ServingParams {
     pub flags: i32,
     /// tokens between checkpoints, 0 = none
     pub checkpoint_every: i32,
+    /// (token, head) strides in elements of q, k, v, out (`sv::STRIDED`; [`ACT_Q`] … [`ACT_OUT`] index it)
+    pub act_stride: [[i64; 2]; 4],
 }
+
+/// Rows of `ServingParams::act_stride` (`SV_Q` … `SV_OUT` of serving.cuh).
+pub const ACT_Q: usize = 0;
+pub const ACT_K: usize = 1;
+pub const ACT_V: usize = 2;
+pub const ACT_OUT: usize = 3;
 
 /// The `SV_*` flag bits of `kernels/common/serving.cuh`.
 pub mod sv {
@@ -55,10 +63,11 @@ pub mod sv {
     pub const CU_I32: i32 = 1 << 7;
     pub const CKPT_F32: i32 = 1 << 8;
     pub const CKPT_START_I32: i32 = 1 << 9;
+    pub const STRIDED: i32 = 1 << 10;
 }
 
 const _: () = {
-    assert!(size_of::<ServingParams>() == 72);
+    assert!(size_of::<ServingParams>() == 136);
     assert!(offset_of!(ServingParams, gate) == 0);
     assert!(offset_of!(ServingParams, beta) == 8);
     assert!(offset_of!(ServingParams, pool_indices) == 16);
@@ -69,9 +78,10 @@ const _: () = {
     assert!(offset_of!(ServingParams, state_row_stride) == 56);
     assert!(offset_of!(ServingParams, flags) == 64);
     assert!(offset_of!(ServingParams, checkpoint_every) == 68);
+    assert!(offset_of!(ServingParams, act_stride) == 72);
 };
 
-/// `struct RecurrentParams` of `kernels/recurrent.cu` (decode and MTP), 200 bytes.
+/// `struct RecurrentParams` of `kernels/recurrent.cu` (decode and MTP), 264 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RecurrentParams {
@@ -138,7 +148,9 @@ const _: () = {
     assert!(offset_of!(RecurrentParams, serving) == 128);
 };
 
-/// `struct PrefillParams` of `kernels/prefill_fused/params.cuh`, 192 bytes.
+/// `struct PrefillParams` of `kernels/prefill_fused/params.cuh` in its serving build (`GDN_SERVING`), 256 bytes.
+/// The definition build's struct is the first 112 bytes (up to `lead_rows`): its kernels declare only those, so the
+/// driver copies only those from this struct.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PrefillParams {
@@ -182,7 +194,8 @@ pub struct PrefillParams {
 }
 
 const _: () = {
-    assert!(size_of::<PrefillParams>() as u64 == params_size::PREFILL);
+    assert!(size_of::<PrefillParams>() as u64 == params_size::PREFILL_SV);
+    assert!(offset_of!(PrefillParams, num_state_rows) as u64 == params_size::PREFILL);
     assert!(offset_of!(PrefillParams, q) == 0);
     assert!(offset_of!(PrefillParams, k) == 8);
     assert!(offset_of!(PrefillParams, v) == 16);
@@ -203,8 +216,8 @@ const _: () = {
     assert!(offset_of!(PrefillParams, serving) == 120);
 };
 
-/// `struct Prefill64Params` of `kernels/prefill_chunk64/params.cuh` (every kernel of the chunk64 and cp prefill plans),
-/// 208 bytes.
+/// `struct Prefill64Params` of `kernels/prefill_chunk64/params.cuh` (every kernel of the chunk64 and cp prefill plans)
+/// in its serving build, 272 bytes; the definition build's is the first 128 bytes (up to `seg_chunks`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Prefill64Params {
@@ -252,7 +265,8 @@ pub struct Prefill64Params {
 }
 
 const _: () = {
-    assert!(size_of::<Prefill64Params>() as u64 == params_size::PREFILL64);
+    assert!(size_of::<Prefill64Params>() as u64 == params_size::PREFILL64_SV);
+    assert!(offset_of!(Prefill64Params, num_state_rows) as u64 == params_size::PREFILL64);
     assert!(std::mem::align_of::<Prefill64Params>() == 8);
     assert!(offset_of!(Prefill64Params, q) == 0);
     assert!(offset_of!(Prefill64Params, k) == 8);
@@ -276,34 +290,37 @@ const _: () = {
     assert!(offset_of!(Prefill64Params, serving) == 136);
 };
 
-/// `struct PrefillPlanParams` of `kernels/prefill_fused`'s device-plan build (`GDN_DEVICE_PLAN`), 208 bytes: the
-/// params, then `run_below` and `run_from`: the fused kernel runs the call only when its longest sequence X has
-/// run_from <= X < run_below tokens (`run_below` < 0: never; the device plan).
+/// `struct PrefillPlanParams` of `kernels/prefill_fused`'s device-plan builds (`GDN_DEVICE_PLAN`): `run_below` and
+/// `run_from`, then the params (the fused kernel runs the call only when its longest sequence X has
+/// run_from <= X < run_below tokens; `run_below` < 0: never). The thresholds come first so that one struct serves both
+/// builds: the definition build reads 128 bytes (the thresholds and the 112-byte params), the serving build 272.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct PrefillPlanParams {
-    pub p: PrefillParams,
     pub run_below: i64,
     pub run_from: i64,
+    pub p: PrefillParams,
 }
 
 const _: () = {
-    assert!(size_of::<PrefillPlanParams>() as u64 == params_size::PREFILL_PLAN);
-    assert!(offset_of!(PrefillPlanParams, run_below) == 192);
-    assert!(offset_of!(PrefillPlanParams, run_from) == 200);
+    assert!(size_of::<PrefillPlanParams>() as u64 == params_size::PREFILL_PLAN_SV);
+    assert!(offset_of!(PrefillPlanParams, run_below) == 0);
+    assert!(offset_of!(PrefillPlanParams, run_from) == 8);
+    assert!(offset_of!(PrefillPlanParams, p) == 16);
+    assert!(16 + params_size::PREFILL == params_size::PREFILL_PLAN);
 };
 
-/// `struct Prefill64PlanParams` of `kernels/prefill_chunk64`'s device-plan build, 304 bytes: the params (with
-/// `seg_chunks` = 0), then the thresholds the longest sequence's length X is compared with (tokens; i64::MAX:
-/// never): X < `plan_from`, these launches exit; < `plan_cp_from`, chunk64; else cp with L from `plan_cp_l_lo` at
-/// X = plan_cp_from, linearly in X, to `plan_cp_l_hi` at X = T (`plan::prefill::Thresholds::seg_chunks_at`).
+/// `struct Prefill64PlanParams` of `kernels/prefill_chunk64`'s device-plan builds: the thresholds the longest
+/// sequence's length X is compared with (tokens; i64::MAX: never): X < `plan_from`, these launches exit;
+/// < `plan_cp_from`, chunk64; else cp with L from `plan_cp_l_lo` at X = plan_cp_from, linearly in X, to
+/// `plan_cp_l_hi` at X = T (`plan::prefill::Thresholds::seg_chunks_at`), then the params (with `seg_chunks` = 0).
 /// The launches after the prep are persistent (`plan::prefill::device::launched_ctas`): `claimed` points
 /// at their item counters (`plan::prefill::workspace::DP_COUNTER_BYTES` at the workspace's end; the prep zeroes them) and
 /// `vgrid[i]` is launch i's grid as the host-planned kernels would launch it, in the order of `DP_LAUNCHES`.
+/// 368 bytes; the definition build reads the first 224 (96 + its 128-byte params).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Prefill64PlanParams {
-    pub p: Prefill64Params,
     pub plan_from: i64,
     pub plan_cp_from: i64,
     pub plan_cp_l_lo: i32,
@@ -311,16 +328,19 @@ pub struct Prefill64PlanParams {
     pub claimed: u64,
     pub vgrid: [[u32; 3]; DP_LAUNCHES],
     pub pad: u32,
+    pub p: Prefill64Params,
 }
 
 const _: () = {
-    assert!(size_of::<Prefill64PlanParams>() as u64 == params_size::PREFILL64_PLAN);
-    assert!(offset_of!(Prefill64PlanParams, plan_from) == 208);
-    assert!(offset_of!(Prefill64PlanParams, plan_cp_from) == 216);
-    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_lo) == 224);
-    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_hi) == 228);
-    assert!(offset_of!(Prefill64PlanParams, claimed) == 232);
-    assert!(offset_of!(Prefill64PlanParams, vgrid) == 240);
+    assert!(size_of::<Prefill64PlanParams>() as u64 == params_size::PREFILL64_PLAN_SV);
+    assert!(offset_of!(Prefill64PlanParams, plan_from) == 0);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_from) == 8);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_lo) == 16);
+    assert!(offset_of!(Prefill64PlanParams, plan_cp_l_hi) == 20);
+    assert!(offset_of!(Prefill64PlanParams, claimed) == 24);
+    assert!(offset_of!(Prefill64PlanParams, vgrid) == 32);
+    assert!(offset_of!(Prefill64PlanParams, p) == 96);
+    assert!(96 + params_size::PREFILL64 == params_size::PREFILL64_PLAN);
 };
 
 /// The `static_assert(sizeof(...))` each .cu file must carry, checked against the embedded sources by the
@@ -328,7 +348,7 @@ const _: () = {
 pub const CUDA_SIZE_ASSERTS: &[(&str, &str)] = &[
     (
         "recurrent.cu",
-        "static_assert(sizeof(RecurrentParams) == 200",
+        "static_assert(sizeof(RecurrentParams) == 264",
     ),
     // the kernels' params.cuh files state their sizes in comments; the registry appends a size check of every
     // params struct to each compile (`registry::MODULE_CONSTANTS`), so a mismatch fails the compile anyway.

@@ -1,5 +1,10 @@
 //! The device side of one problem: its inputs uploaded, its destinations allocated, and one call enqueued on
 //! a stream. The backend (`run`) and the timing tiers (`bench`) share these.
+//!
+//! With `Problem::act_views` q, k and v are placed as views into one shared buffer and the output is a view
+//! into a buffer of its own (the layout of an engine's fused projection): every element outside the rows
+//! holds [`GUARD`]. A kernel that reads outside its rows reads NaN; one that writes outside them is caught when
+//! the output is read back ([`OutBuf::read`]).
 
 use crate::abi::args::{Args, DevicePtrs};
 use crate::exec::backend_err as be;
@@ -7,8 +12,12 @@ use crate::exec::kernel_set::KernelSet;
 use crate::exec::launch::LaunchInfo;
 use crate::runtime::context::Stream;
 use crate::runtime::memory::DeviceBuf;
+use gdn_core::problem::View;
 use gdn_core::{BetaRef, Inputs, Op, Problem, Result, StateRef};
 use half::bf16;
+
+/// The bf16 pattern in the gaps of activation views: a NaN whose payload no kernel produces.
+pub(crate) const GUARD: bf16 = bf16::from_bits(0x7fa1);
 
 /// A workspace handed to a launch: device address and bytes (0, 0 = none).
 #[derive(Clone, Copy, Debug, Default)]
@@ -19,9 +28,11 @@ pub(crate) struct Workspace {
 
 /// Device copies of one input set.
 pub(crate) struct DeviceInputs {
-    pub q: DeviceBuf,
-    pub k: DeviceBuf,
-    pub v: DeviceBuf,
+    /// The memory of q, k, v (held, not read): three dense buffers, or one holding the three views
+    /// (`Problem::act_views`).
+    _qkv: Vec<DeviceBuf>,
+    /// Device addresses of q, k, v.
+    pub qkv_ptrs: [u64; 3],
     pub a: DeviceBuf,
     pub b: DeviceBuf,
     pub a_log: DeviceBuf,
@@ -39,9 +50,69 @@ pub(crate) struct DeviceInputs {
     pub checkpoint_starts: Option<DeviceBuf>,
 }
 
+/// The output's device buffer: dense `[tokens, HV, D]`, or a view into a larger buffer whose gaps hold
+/// [`GUARD`].
+pub(crate) struct OutBuf {
+    buf: DeviceBuf,
+    /// The view and its (tokens, heads, head size), or None: dense.
+    view: Option<(View, [usize; 3])>,
+}
+
+impl OutBuf {
+    /// The output's device address (the view's first row).
+    pub fn ptr(&self) -> u64 {
+        match self.view {
+            Some((v, _)) if self.buf.ptr != 0 => self.buf.ptr + 2 * v.offset as u64,
+            _ => self.buf.ptr,
+        }
+    }
+
+    /// Copies the output into `out` (dense `[tokens, HV, D]`) on `stream`. A view is gathered row by row,
+    /// after waiting for the stream, and its gaps must still hold [`GUARD`]: an element written there is an
+    /// error naming the first one.
+    pub fn read(&self, out: &mut [bf16], stream: Stream) -> std::result::Result<(), String> {
+        let Some((v, [tokens, heads, d])) = self.view else {
+            return self.buf.read(out, stream);
+        };
+        let mut host = vec![bf16::ZERO; self.buf.bytes / 2];
+        self.buf.read(&mut host, stream)?;
+        // SAFETY: our stream; the copy into `host` must finish before it is read.
+        unsafe { cudarc::driver::result::stream::synchronize(stream.0) }.map_err(|e| {
+            crate::runtime::context::drv("cuStreamSynchronize (a kernel failed)", e)
+        })?;
+        gather(&mut host, out, v, [tokens, heads, d])
+    }
+}
+
+/// Copies the rows of output view `v` in `buf` (a host copy of its buffer) into dense `out`, then checks that
+/// every other element of `buf` still holds [`GUARD`] (the rows are disjoint: validated).
+fn gather(
+    buf: &mut [bf16],
+    out: &mut [bf16],
+    v: View,
+    [tokens, heads, d]: [usize; 3],
+) -> std::result::Result<(), String> {
+    for t in 0..tokens {
+        for h in 0..heads {
+            let (src, dst) = (v.row(t, h), (t * heads + h) * d);
+            out[dst..dst + d].copy_from_slice(&buf[src..src + d]);
+            buf[src..src + d].fill(GUARD);
+        }
+    }
+    let touched = |x: &bf16| x.to_bits() != GUARD.to_bits();
+    if let Some(first) = buf.iter().position(touched) {
+        let written = buf.iter().filter(|x| touched(x)).count();
+        return Err(format!(
+            "output: {written} elements outside the rows of the output view were written (the first at element \
+             {first} of its buffer)"
+        ));
+    }
+    Ok(())
+}
+
 /// Device destinations of a call.
 pub(crate) struct DeviceOutputs {
-    pub out: DeviceBuf,
+    pub out: OutBuf,
     /// new_state, when it is not written in place.
     pub new_state: Option<DeviceBuf>,
     pub intermediate: Option<DeviceBuf>,
@@ -64,10 +135,40 @@ impl DeviceInputs {
             Some(StateRef::BF16(s)) => Some(up(s)?),
             None => None,
         };
+        let (qkv, qkv_ptrs) = match p.act_views {
+            None => {
+                let bufs = vec![up(x.q)?, up(x.k)?, up(x.v)?];
+                let ptrs = [bufs[0].ptr, bufs[1].ptr, bufs[2].ptr];
+                (bufs, ptrs)
+            }
+            Some(av) => {
+                let h = &p.def.heads;
+                let (t, d) = (p.dims.total_tokens, h.head_size);
+                let parts = [
+                    (av.q, x.q, h.num_q_heads),
+                    (av.k, x.k, h.num_q_heads),
+                    (av.v, x.v, h.num_v_heads),
+                ];
+                let span = parts.iter().map(|(v, _, n)| v.span(t, *n, d)).max();
+                let mut host = vec![GUARD; span.unwrap_or(0)];
+                for (view, dense, n) in parts {
+                    scatter(&mut host, dense, view, t, n, d);
+                }
+                let buf = up(&host)?;
+                let at = |v: View| {
+                    if buf.ptr == 0 {
+                        0
+                    } else {
+                        buf.ptr + 2 * v.offset as u64
+                    }
+                };
+                let ptrs = [at(av.q), at(av.k), at(av.v)];
+                (vec![buf], ptrs)
+            }
+        };
         Ok(DeviceInputs {
-            q: up(x.q)?,
-            k: up(x.k)?,
-            v: up(x.v)?,
+            _qkv: qkv,
+            qkv_ptrs,
             a: up(x.a)?,
             b: up(x.b)?,
             a_log: upf(x.a_log)?,
@@ -111,8 +212,24 @@ impl DeviceOutputs {
     ) -> Result<Self> {
         let n_out = p.output_shape().iter().product::<usize>();
         let in_place = p.state_in_place();
+        let out = match p.act_views {
+            None => OutBuf {
+                buf: DeviceBuf::alloc(n_out * 2).map_err(be)?,
+                view: None,
+            },
+            Some(av) => {
+                let h = &p.def.heads;
+                let dims = [p.dims.total_tokens, h.num_v_heads, h.head_size];
+                let span = av.out.span(dims[0], dims[1], dims[2]);
+                let buf = DeviceBuf::upload(&vec![GUARD; span], stream).map_err(be)?;
+                OutBuf {
+                    buf,
+                    view: Some((av.out, dims)),
+                }
+            }
+        };
         Ok(DeviceOutputs {
-            out: DeviceBuf::alloc(n_out * 2).map_err(be)?,
+            out,
             new_state: if in_place {
                 None
             } else {
@@ -128,6 +245,16 @@ impl DeviceOutputs {
                 None => None,
             },
         })
+    }
+}
+
+/// Writes dense `[tokens, heads, d]` rows into `buf` at the places `view` gives them.
+fn scatter(buf: &mut [bf16], dense: &[bf16], view: View, tokens: usize, heads: usize, d: usize) {
+    for t in 0..tokens {
+        for h in 0..heads {
+            let (src, dst) = ((t * heads + h) * d, view.row(t, h));
+            buf[dst..dst + d].copy_from_slice(&dense[src..src + d]);
+        }
     }
 }
 
@@ -150,10 +277,11 @@ pub(crate) unsafe fn enqueue(
     force: Option<&str>,
     stream: Stream,
 ) -> Result<LaunchInfo> {
+    let [q, k, v] = i.qkv_ptrs;
     let ptrs = DevicePtrs {
-        q: i.q.ptr,
-        k: i.k.ptr,
-        v: i.v.ptr,
+        q,
+        k,
+        v,
         a: i.a.ptr,
         b: i.b.ptr,
         a_log: i.a_log.ptr,
@@ -166,7 +294,7 @@ pub(crate) unsafe fn enqueue(
             ptr(&o.new_state)
         },
         intermediate: ptr(&o.intermediate),
-        out: o.out.ptr,
+        out: o.out.ptr(),
         state_indices: ptr(&i.indices),
         cu_seqlens: ptr(&i.cu_seqlens),
         workspace: ws.ptr,
@@ -181,6 +309,7 @@ pub(crate) unsafe fn enqueue(
         checkpoint_starts_i32: false,
         state_row_stride: 0,
     };
+    // q, k, v and the output at their views' places (`act_views`: `ServingArgs::act_strides`)
     let mut args = Args::for_problem(p, &ptrs);
     // the uploads above are int64 whatever the caller's dtypes
     let sv = args.serving_mut();
@@ -189,5 +318,34 @@ pub(crate) unsafe fn enqueue(
     match args {
         Args::Prefill(a) => kernels.launch_prefill_with(&a, stream.0, force),
         Args::Recurrent(a) => kernels.launch_recurrent(&a, stream.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scattered inputs and a gathered output round-trip through a view; a write into a gap is reported.
+    #[test]
+    fn views_scatter_and_gather() {
+        let (tokens, heads, d) = (3, 2, 4);
+        let dense: Vec<bf16> = (0..tokens * heads * d)
+            .map(|i| bf16::from_f32(i as f32))
+            .collect();
+        let v = View {
+            offset: 8,
+            token: 16,
+            head: 5,
+        };
+        let mut buf = vec![GUARD; v.span(tokens, heads, d) + 3];
+        scatter(&mut buf, &dense, v, tokens, heads, d);
+        assert_eq!(buf[8..12], dense[0..4]);
+        assert_eq!(buf[8 + 16 + 5..8 + 16 + 9], dense[12..16]);
+        let mut out = vec![bf16::ZERO; dense.len()];
+        gather(&mut buf.clone(), &mut out, v, [tokens, heads, d]).unwrap();
+        assert_eq!(out, dense);
+        buf[12] = bf16::ZERO; // between head 0 and head 1 of token 0
+        let e = gather(&mut buf, &mut out, v, [tokens, heads, d]).unwrap_err();
+        assert!(e.contains("1 elements") && e.contains("element 12"), "{e}");
     }
 }

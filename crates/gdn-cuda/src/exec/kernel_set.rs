@@ -213,10 +213,13 @@ impl KernelSet {
         Ok(self.module(v.module)?.kernels[v.name])
     }
 
-    /// The device plan's build of a variant (`registry::device_plan_module`; compiled on first use).
-    pub fn device_plan_kernel(&self, v: &'static Variant) -> Result<LoadedKernel> {
-        let m = registry::device_plan_module(v.module)
-            .ok_or_else(|| backend_err(format!("{} has no device-plan build", v.name)))?;
+    /// A variant from build `b` of its module (`registry::build_module`; each build compiled on first use).
+    pub fn kernel_in(&self, v: &'static Variant, b: registry::ModuleBuild) -> Result<LoadedKernel> {
+        if b == registry::ModuleBuild::default() {
+            return self.kernel(v);
+        }
+        let m = registry::build_module(v.module, b)
+            .ok_or_else(|| backend_err(format!("{} has no build {b:?}", v.name)))?;
         Ok(self.module(m)?.kernels[v.name])
     }
 

@@ -5,6 +5,7 @@
 
 use crate::exec::backend_err;
 use crate::exec::kernel_set::KernelSet;
+use crate::kernels::registry::ModuleBuild;
 use crate::plan::prefill::PrefillPlan;
 use crate::plan::{Launch, PlanKind, Rejection, Shape};
 use crate::runtime::context::drv;
@@ -72,19 +73,20 @@ impl KernelSet {
         }
     }
 
-    /// One launch of a chosen variant with a params struct passed by value.
+    /// One launch of a chosen variant with a params struct passed by value, from build `build` of its module.
     pub(super) unsafe fn launch(
         &self,
         choice: &Launch,
+        build: ModuleBuild,
         params: *mut c_void,
         stream: sys::CUstream,
     ) -> Result<()> {
-        self.launch_grid(choice, choice.grid, params, stream, false, &mut true)
+        self.launch_grid(choice, choice.grid, params, stream, build, &mut true)
     }
 
     /// `launch` as the next launch of a call, with another grid than the choice's (the device plan's persistent
-    /// launches), from the device plan's build of the variant's module when `device_plan` (its params struct: the
-    /// `…PlanParams` of `abi::params`). The call's first launch (`*first`, cleared once a kernel is launched) is
+    /// launches), from build `build` of the variant's module (`registry::build_module`; the device plan's build takes
+    /// the `…PlanParams` of `abi::params`). The call's first launch (`*first`, cleared once a kernel is launched) is
     /// stream-ordered: it follows the caller's work, which gives no signal to wait for. Every later one uses
     /// programmatic dependent launch (unless `GDN_PDL=0`): its CTAs may start while the previous kernel runs, and wait
     /// for it in the kernel (sm90.cuh, pdl_*).
@@ -94,18 +96,14 @@ impl KernelSet {
         grid: (u32, u32, u32),
         params: *mut c_void,
         stream: sys::CUstream,
-        device_plan: bool,
+        build: ModuleBuild,
         first: &mut bool,
     ) -> Result<()> {
         if choice.is_empty() {
             return Ok(());
         }
         let pdl = self.pdl && !*first;
-        let k = if device_plan {
-            self.device_plan_kernel(choice.variant)?
-        } else {
-            self.kernel(choice.variant)?
-        };
+        let k = self.kernel_in(choice.variant, build)?;
         let mut args = [params];
         let launched = if pdl {
             launch_programmatic(

@@ -9,6 +9,7 @@ use crate::abi::params::{
 };
 use crate::exec::kernel_set::KernelSet;
 use crate::exec::launch::LaunchInfo;
+use crate::kernels::registry::ModuleBuild;
 use crate::plan::prefill::{types, workspace, DevicePlan, PrefillPlan};
 use crate::plan::Launch;
 use cudarc::driver::sys;
@@ -65,11 +66,17 @@ impl KernelSet {
         }
         args.validate_workspace(plan)?;
         args.validate_plan(plan)?;
+        // a call in any serving mode runs the serving builds (registry::PREFILL_SV …); definition calls the default
+        let build = ModuleBuild {
+            device_plan: false,
+            serving: args.serving.is_active(),
+        };
         match plan {
             PrefillPlan::Fused { variant } => {
                 let params = args.params();
                 self.launch(
                     variant,
+                    build,
                     &params as *const PrefillParams as *mut c_void,
                     stream,
                 )?;
@@ -81,7 +88,7 @@ impl KernelSet {
                 let p = &params as *const Prefill64Params as *mut c_void;
                 let mut first = true;
                 for c in [prep, walk] {
-                    self.launch_grid(c, c.grid, p, stream, false, &mut first)?;
+                    self.launch_grid(c, c.grid, p, stream, build, &mut first)?;
                 }
             }
             PrefillPlan::ContextParallel {
@@ -99,11 +106,11 @@ impl KernelSet {
                 let p = &params as *const Prefill64Params as *mut c_void;
                 let mut first = true;
                 for c in [prep, pass1, scan, pass3] {
-                    self.launch_grid(c, c.grid, p, stream, false, &mut first)?;
+                    self.launch_grid(c, c.grid, p, stream, build, &mut first)?;
                 }
             }
             PrefillPlan::Device(d) => {
-                self.launch_device_plan(args, d, plan.workspace_bytes(), stream)?
+                self.launch_device_plan(args, d, plan.workspace_bytes(), build, stream)?
             }
         }
         Ok(info)
@@ -121,8 +128,13 @@ impl KernelSet {
         args: &PrefillArgs,
         d: &DevicePlan,
         workspace_bytes: u64,
+        build: ModuleBuild,
         stream: sys::CUstream,
     ) -> Result<()> {
+        let build = ModuleBuild {
+            device_plan: true,
+            ..build
+        };
         let th = &d.thresholds;
         let tokens = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
         let small = |name: &str, x: u64| {
@@ -147,7 +159,7 @@ impl KernelSet {
                     run_from: tokens(from),
                 };
                 let p = &params as *const PrefillPlanParams as *mut c_void;
-                self.launch_grid(f, f.grid, p, stream, true, &mut first)?;
+                self.launch_grid(f, f.grid, p, stream, build, &mut first)?;
             }
         }
         // the prefill64 launches in `Prefill64PlanParams::vgrid` order; those after the prep are persistent
@@ -180,7 +192,7 @@ impl KernelSet {
         let sms = self.caps.sm_count as u64;
         for c in launches.into_iter().flatten() {
             let ctas = types::launched_ctas(c, sms) as u32; // (<= the grid: it fits)
-            self.launch_grid(c, (ctas, 1, 1), p, stream, true, &mut first)?;
+            self.launch_grid(c, (ctas, 1, 1), p, stream, build, &mut first)?;
         }
         Ok(())
     }

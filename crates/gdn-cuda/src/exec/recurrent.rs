@@ -6,6 +6,7 @@ use crate::abi::args::RecurrentArgs;
 use crate::abi::params::RecurrentParams;
 use crate::exec::kernel_set::KernelSet;
 use crate::exec::launch::LaunchInfo;
+use crate::kernels::registry::ModuleBuild;
 use crate::plan::select;
 use cudarc::driver::sys;
 use gdn_core::Result;
@@ -28,6 +29,7 @@ impl KernelSet {
         let params = args.params();
         self.launch(
             &choice,
+            ModuleBuild::default(),
             &params as *const RecurrentParams as *mut c_void,
             stream,
         )?;

@@ -282,9 +282,9 @@ pub const PREFILL64_WIDE: Module = Module {
 };
 
 /// The device plan's builds (`plan::prefill::device`, `GDN_DEVICE_PLAN`): the same kernels under the same names, each taking
-/// the plan's thresholds after its params (`params::PrefillPlanParams`, `Prefill64PlanParams`) and exiting when the
+/// the plan's thresholds before the params (`params::PrefillPlanParams`, `Prefill64PlanParams`) and exiting when the
 /// call is not its launch's. Modules of their own, compiled when a device plan first runs: host-planned calls keep
-/// the default builds' code exactly (a longer params struct alone changes the walks' code and costs about 5%).
+/// their kernels' code exactly.
 pub const PREFILL_DP: Module = Module {
     id: "prefill_dp",
     source: "prefill_fused/prefill_fused.cu",
@@ -304,34 +304,105 @@ pub const PREFILL64_WIDE_DP: Module = Module {
     arches: PREFILL64.arches,
 };
 
-const DEVICE_PLAN_BUILDS: [(&Module, &Module); 3] = [
-    (&PREFILL, &PREFILL_DP),
-    (&PREFILL64, &PREFILL64_DP),
-    (&PREFILL64_WIDE, &PREFILL64_WIDE_DP),
+/// The serving builds (`GDN_SERVING`, kernels/common/serving.cuh): the same kernels under the same names, whose params
+/// carry the pool's row count and the serving block (`abi::params::ServingParams`). A call in any serving mode runs
+/// them; a definition-mode call runs the default build, whose params end before that block and whose code has no
+/// serving branch (a params struct over 128 bytes and the serving branches cost the definition's walks up to ~5%).
+/// Compiled when a serving call first needs them.
+pub const PREFILL_SV: Module = Module {
+    id: "prefill_sv",
+    source: "prefill_fused/prefill_fused.cu",
+    defines: &["GDN_SERVING=1"],
+    arches: PREFILL.arches,
+};
+pub const PREFILL_SV_DP: Module = Module {
+    id: "prefill_sv_dp",
+    source: "prefill_fused/prefill_fused.cu",
+    defines: &["GDN_SERVING=1", "GDN_DEVICE_PLAN=1"],
+    arches: PREFILL.arches,
+};
+pub const PREFILL64_SV: Module = Module {
+    id: "prefill64_sv",
+    source: "prefill_chunk64/prefill_chunk64.cu",
+    defines: &["GDN_SERVING=1"],
+    arches: PREFILL64.arches,
+};
+pub const PREFILL64_SV_DP: Module = Module {
+    id: "prefill64_sv_dp",
+    source: "prefill_chunk64/prefill_chunk64.cu",
+    defines: &["GDN_SERVING=1", "GDN_DEVICE_PLAN=1"],
+    arches: PREFILL64.arches,
+};
+pub const PREFILL64_WIDE_SV: Module = Module {
+    id: "prefill64_wide_sv",
+    source: "prefill_chunk64/prefill_chunk64.cu",
+    defines: &["GDN_PREFILL64_WIDE=1", "GDN_SERVING=1"],
+    arches: PREFILL64.arches,
+};
+pub const PREFILL64_WIDE_SV_DP: Module = Module {
+    id: "prefill64_wide_sv_dp",
+    source: "prefill_chunk64/prefill_chunk64.cu",
+    defines: &["GDN_PREFILL64_WIDE=1", "GDN_SERVING=1", "GDN_DEVICE_PLAN=1"],
+    arches: PREFILL64.arches,
+};
+
+/// Which build of a module a call runs: the device plan's (`device_plan`) and / or the serving build (`serving`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ModuleBuild {
+    pub device_plan: bool,
+    pub serving: bool,
+}
+
+/// Each module with builds: (the default build, device plan, serving, serving + device plan).
+const BUILDS: [(&Module, [&Module; 3]); 3] = [
+    (&PREFILL, [&PREFILL_DP, &PREFILL_SV, &PREFILL_SV_DP]),
+    (&PREFILL64, [&PREFILL64_DP, &PREFILL64_SV, &PREFILL64_SV_DP]),
+    (
+        &PREFILL64_WIDE,
+        [
+            &PREFILL64_WIDE_DP,
+            &PREFILL64_WIDE_SV,
+            &PREFILL64_WIDE_SV_DP,
+        ],
+    ),
 ];
+
+/// ModuleBuild `b` of module `m` (`m` itself for the default build; None: `m` has no such build: decode / MTP, whose serving
+/// kernels are variants of their own).
+pub fn build_module(m: &Module, b: ModuleBuild) -> Option<&'static Module> {
+    let (base, builds) = BUILDS.into_iter().find(|(base, _)| base.id == m.id)?;
+    Some(match (b.device_plan, b.serving) {
+        (false, false) => base,
+        (true, false) => builds[0],
+        (false, true) => builds[1],
+        (true, true) => builds[2],
+    })
+}
 
 /// The device plan's build of module `m` (None: `m` has none: decode / MTP).
 pub fn device_plan_module(m: &Module) -> Option<&'static Module> {
-    DEVICE_PLAN_BUILDS
-        .into_iter()
-        .find(|(base, _)| base.id == m.id)
-        .map(|(_, dp)| dp)
+    build_module(
+        m,
+        ModuleBuild {
+            device_plan: true,
+            serving: false,
+        },
+    )
 }
 
-/// The module a device plan's build `m` is built from (None: `m` is not one).
-fn device_plan_base(m: &Module) -> Option<&'static Module> {
-    DEVICE_PLAN_BUILDS
+/// The default module a build `m` is built from (None: `m` is not a build of another module).
+pub fn build_base(m: &Module) -> Option<&'static Module> {
+    BUILDS
         .into_iter()
-        .find(|(_, dp)| dp.id == m.id)
+        .find(|(_, builds)| builds.iter().any(|b| b.id == m.id))
         .map(|(base, _)| base)
 }
 
-/// The kernels module `m` exports: the variants registered in it, or, for a device plan's build, those of the
+/// The kernels module `m` exports: the variants registered in it, or, for a build of another module, those of the
 /// module it is built from.
 pub fn module_variants(m: &Module) -> impl Iterator<Item = &'static Variant> + '_ {
-    VARIANTS.iter().filter(move |v| {
-        v.module.id == m.id || device_plan_module(v.module).is_some_and(|dp| dp.id == m.id)
-    })
+    let base = build_base(m).map_or(m.id, |b| b.id);
+    VARIANTS.iter().filter(move |v| v.module.id == base)
 }
 
 /// Head size every kernel assumes (K = V = 128).
@@ -407,13 +478,19 @@ pub const DP_LAUNCHES: usize = 5;
 /// Bytes of each params struct (`sizeof` on the CUDA side, checked by every compile; `abi::params` asserts
 /// its `#[repr(C)]` mirrors have the same sizes).
 pub mod params_size {
-    pub const RECURRENT: u64 = 200;
-    pub const PREFILL: u64 = 192;
-    pub const PREFILL64: u64 = 208;
-    /// `PrefillPlanParams` (the device plan's fused builds).
-    pub const PREFILL_PLAN: u64 = 208;
-    /// `Prefill64PlanParams` (the device plan's prefill64 builds).
-    pub const PREFILL64_PLAN: u64 = 304;
+    pub const RECURRENT: u64 = 264;
+    /// `PrefillParams`, definition build (no serving block).
+    pub const PREFILL: u64 = 112;
+    /// `PrefillParams`, serving build (`GDN_SERVING`: the pool's row count and the serving block appended).
+    pub const PREFILL_SV: u64 = 256;
+    pub const PREFILL64: u64 = 128;
+    pub const PREFILL64_SV: u64 = 272;
+    /// `PrefillPlanParams` (the device plan's fused builds): the thresholds, then `PrefillParams`.
+    pub const PREFILL_PLAN: u64 = 128;
+    pub const PREFILL_PLAN_SV: u64 = 272;
+    /// `Prefill64PlanParams` (the device plan's prefill64 builds): the thresholds, then `Prefill64Params`.
+    pub const PREFILL64_PLAN: u64 = 224;
+    pub const PREFILL64_PLAN_SV: u64 = 368;
 }
 
 /// Module-wide constants (not tied to one kernel) that the table states as C++ expressions:
@@ -428,9 +505,27 @@ pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
     ),
     (
         "prefill",
-        "params size (abi::params)",
+        PSIZE,
         "sizeof(PrefillParams)",
         params_size::PREFILL,
+    ),
+    (
+        "prefill_sv",
+        PSIZE,
+        "sizeof(PrefillParams)",
+        params_size::PREFILL_SV,
+    ),
+    (
+        "prefill_dp",
+        PSIZE,
+        "sizeof(PrefillPlanParams)",
+        params_size::PREFILL_PLAN,
+    ),
+    (
+        "prefill_sv_dp",
+        PSIZE,
+        "sizeof(PrefillPlanParams)",
+        params_size::PREFILL_PLAN_SV,
     ),
     (
         "prefill",
@@ -440,27 +535,51 @@ pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
     ),
     (
         "prefill64",
-        "params size (abi::params)",
+        PSIZE,
         "sizeof(Prefill64Params)",
         params_size::PREFILL64,
     ),
     (
-        "prefill_dp",
-        "device plan params size (abi::params)",
-        "sizeof(PrefillPlanParams)",
-        params_size::PREFILL_PLAN,
+        "prefill64_sv",
+        PSIZE,
+        "sizeof(Prefill64Params)",
+        params_size::PREFILL64_SV,
     ),
     (
         "prefill64_dp",
-        "device plan params size (abi::params)",
+        PSIZE,
         "sizeof(Prefill64PlanParams)",
         params_size::PREFILL64_PLAN,
     ),
     (
+        "prefill64_sv_dp",
+        PSIZE,
+        "sizeof(Prefill64PlanParams)",
+        params_size::PREFILL64_PLAN_SV,
+    ),
+    (
+        "prefill64_wide",
+        PSIZE,
+        "sizeof(Prefill64Params)",
+        params_size::PREFILL64,
+    ),
+    (
+        "prefill64_wide_sv",
+        PSIZE,
+        "sizeof(Prefill64Params)",
+        params_size::PREFILL64_SV,
+    ),
+    (
         "prefill64_wide_dp",
-        "device plan params size (abi::params)",
+        PSIZE,
         "sizeof(Prefill64PlanParams)",
         params_size::PREFILL64_PLAN,
+    ),
+    (
+        "prefill64_wide_sv_dp",
+        PSIZE,
+        "sizeof(Prefill64PlanParams)",
+        params_size::PREFILL64_PLAN_SV,
     ),
     (
         "prefill64_dp",
@@ -475,18 +594,13 @@ pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
         DEVICE_PLAN_MAX_N,
     ),
     (
-        "prefill64_wide",
-        "params size (abi::params)",
-        "sizeof(Prefill64Params)",
-        params_size::PREFILL64,
-    ),
-    (
         "prefill64",
         "workspace bytes per chunk slot and value head",
         prefill64::WS_CHUNK_BYTES_EXPR,
         prefill64::WS_CHUNK_BYTES,
     ),
 ];
+const PSIZE: &str = "params size (abi::params)";
 
 const fn recurrent(
     name: &'static str,
@@ -751,8 +865,12 @@ pub fn modules() -> Vec<&'static Module> {
             out.push(v.module);
         }
     }
-    let dp: Vec<&'static Module> = out.iter().filter_map(|m| device_plan_module(m)).collect();
-    out.extend(dp);
+    let builds: Vec<&'static Module> = out
+        .iter()
+        .filter_map(|m| BUILDS.into_iter().find(|(base, _)| base.id == m.id))
+        .flat_map(|(_, b)| b)
+        .collect();
+    out.extend(builds);
     out
 }
 
@@ -823,11 +941,12 @@ pub fn checks_appendix(m: &Module) -> String {
             }
         }
     }
-    // (a device plan's build checks its own constants and those of the module it is built from)
-    let base = device_plan_base(m).map_or(m.id, |b| b.id);
+    // (a build checks its own constants and those of the module it is built from, except that module's params size:
+    // each build states its own)
+    let base = build_base(m).map_or(m.id, |b| b.id);
     for (_, what, expr, value) in MODULE_CONSTANTS
         .iter()
-        .filter(|c| c.0 == m.id || c.0 == base)
+        .filter(|c| c.0 == m.id || (c.0 == base && !c.2.starts_with("sizeof(")))
     {
         id += 1;
         out.push_str(&format!(

@@ -19,12 +19,19 @@ Tensors:
     the other index tensors stay on the device and their *values* are not validated there (that would need
     a copy and a sync): callers must pass a ``cu_seqlens`` that starts at 0, never decreases and ends at the
     token count, and checkpoint row starts inside the buffer. Pool indices outside the pool are treated as
-    padding by the kernels. Tensors are read in place: q, k, v and every other tensor must be contiguous
-    (a state pool may have a larger row stride); a non-contiguous one is refused, never copied.
+    padding by the kernels. Tensors are read in place: q, k, v and ``output`` may be views with any token and
+    head strides whose last dimension is contiguous (slices of a fused projection, e.g. vLLM's ``mixed_qkv``),
+    passed to the kernels as strides; every other tensor must be contiguous (a state pool may have a larger
+    row stride). Any other layout is refused, never copied.
   * torch CPU tensors and NumPy arrays (bf16 through ``ml_dtypes.bfloat16``): gdn's multithreaded CPU backend,
     or for in-kernel q/k norm, k-first states, decode/prefill pools, spec-decode slots and checkpoints (which
     that backend does not implement) gdn's float64 reference, slower; here the values of ``cu_seqlens`` and
     of every index tensor are validated too.
+
+Views of q, k, v and ``output``: strides are in elements, non-negative multiples of 8 (16-byte rows); a
+``[B, T, H, D]`` view's batch stride must be T token strides (token t of request b is row ``b * T + t``); an
+output's rows must not overlap (head stride >= D and token stride >= HV head strides, or the head-major
+reverse). The same rules hold on the CPU, which copies the views.
 
 Errors: a wrong dtype raises ``TypeError``; a wrong shape, a non-contiguous tensor, mixed devices or invalid
 values raise ``ValueError``; each names the argument. A missing GPU, driver or NVRTC raises ``RuntimeError``
@@ -211,7 +218,8 @@ def decode(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, scale=None,
     modes.
 
     Args:
-        q, k: ``[B, 1, H, D]`` bfloat16.  v: ``[B, 1, HV, D]`` bfloat16 (HV a multiple of H; D = 128).
+        q, k: ``[B, 1, H, D]`` bfloat16.  v: ``[B, 1, HV, D]`` bfloat16 (HV a multiple of H; D = 128). Each may be
+            a view with contiguous rows (module doc), as ``output`` may.
         state: ``[B, HV, D, D]`` float32 (or bfloat16), or None for a zero state; with ``state_indices``, the
             state pool ``[slots, HV, D, D]``, updated in place.
         A_log, dt_bias: ``[HV]`` float32.  a, b: ``[B, 1, HV]`` bfloat16 (None with precomputed gates).
@@ -243,7 +251,9 @@ def prefill(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlens
     modes.
 
     Args:
-        q, k: ``[T, H, D]`` bfloat16.  v: ``[T, HV, D]`` bfloat16 (T = total tokens of all sequences).
+        q, k: ``[T, H, D]`` bfloat16.  v: ``[T, HV, D]`` bfloat16 (T = total tokens of all sequences). Each may be
+            a view with contiguous rows, e.g. of a fused ``[T, (2H + HV) * D]`` projection (module doc), as
+            ``output`` may.
         state: ``[N, HV, D, D]`` float32 (or bfloat16) initial states, or None for zeros; with
             ``state_indices``, the state pool ``[slots, HV, D, D]``, updated in place.
         A_log, dt_bias: ``[HV]`` float32.  a, b: ``[T, HV]`` bfloat16 (None with precomputed gates).
@@ -293,7 +303,8 @@ def mtp(q, k, v, initial_state, initial_state_indices, A_log=None, a=None, dt_bi
     plus the serving modes.
 
     Args:
-        q, k: ``[B, T, H, D]`` bfloat16.  v: ``[B, T, HV, D]`` bfloat16.
+        q, k: ``[B, T, H, D]`` bfloat16.  v: ``[B, T, HV, D]`` bfloat16. Each may be a view with contiguous rows
+            whose batch stride is T token strides (module doc), as ``output`` may.
         initial_state: ``[pool, HV, D, D]`` float32 (or bfloat16) state pool; it may be a view whose rows are
             further apart than one state if ``[HV, D, D]`` is dense.
         initial_state_indices: ``[B]`` int32; request b starts from pool row ``initial_state_indices[b]``.

@@ -2,6 +2,8 @@
 give the output shapes without running anything). Import explicitly: `import gdn._torch_ops`, then call
 `torch.ops.gdn.<op>`.
 
+q, k and v may be views with contiguous rows (slices of a fused projection), as in the functions.
+
 Functional ops (`decode`, `prefill`, `mtp`): outputs are freshly allocated. They take the serving options that
 do not update anything in place — precomputed gates (`g` / `alpha` + `beta`, with `A_log, a, dt_bias, b`
 None), `use_qk_l2norm_in_kernel`, `state_layout`, int32 `cu_seqlens` — and prefill's `checkpoints` buffer
