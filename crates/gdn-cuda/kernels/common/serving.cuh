@@ -25,6 +25,7 @@
 //                           (16-byte rows) and non-negative; read only through sv_act_off().
 #pragma once
 #include "common/gates.cuh"
+#include <cuda_fp16.h>
 
 #define SV_GATE_MASK 3        // bits 0-1: 0 raw, 1 log g, 2 linear alpha
 #define SV_GATE_LOG 1
@@ -38,6 +39,9 @@
 #define SV_CKPT_F32 (1 << 8)  // checkpoints are f32 (else the state dtype)
 #define SV_CKPT_START_I32 (1 << 9) // checkpoint_starts are i32 (else i64)
 #define SV_STRIDED (1 << 10)  // q, k, v, out rows are at act_stride (views into larger tensors), else dense
+#define SV_ACT_F16 (1 << 11)  // q, k, v, out, raw a / b and a 16-bit beta are fp16 (else bf16)
+#define SV_STATE_F16 (1 << 12) // the 16-bit state tensors (state, new_state, pool, checkpoints in the state dtype) are
+                               // fp16 (else bf16): the bf16-state kernels run them, converting at load and store
 
 // Which activation tensor an act_stride row describes.
 enum : int { SV_Q = 0, SV_K = 1, SV_V = 2, SV_OUT = 3 };
@@ -75,6 +79,33 @@ __device__ __forceinline__ bool sv_has_initial(const ServingParams& s, i64 n) {
     return s.has_initial == nullptr || s.has_initial[n] != 0;
 }
 
+// ---- 16-bit values: bf16, or fp16 with SV_ACT_F16 (activations) / SV_STATE_F16 (16-bit states).
+// An activation's 16-bit value (its bits) as f32.
+__device__ __forceinline__ float sv_act_f32(const ServingParams& s, unsigned short bits) {
+    return (s.flags & SV_ACT_F16) ? __half2float(__ushort_as_half(bits)) : __uint_as_float((u32)bits << 16);
+}
+// f32 rounded to the activation dtype, as its bits.
+__device__ __forceinline__ unsigned short sv_act16(const ServingParams& s, float x) {
+    return (s.flags & SV_ACT_F16) ? __half_as_ushort(__float2half_rn(x)) : __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+// Two f32 rounded to the activation dtype, packed (lo in the low half).
+__device__ __forceinline__ u32 sv_act16x2(const ServingParams& s, float lo, float hi) {
+    return (u32)sv_act16(s, lo) | ((u32)sv_act16(s, hi) << 16);
+}
+// A pair of fp16 values rewritten as bf16 (the SV_ACT_F16 inputs become the bf16 operands of every product: fp16 fits
+// bf16's range, and the mantissa rounds from 11 to 8 bits).
+__device__ __forceinline__ u32 sv_f16x2_to_bf16x2(u32 w) {
+    const float lo = __half2float(__ushort_as_half((unsigned short)(w & 0xffffu)));
+    const float hi = __half2float(__ushort_as_half((unsigned short)(w >> 16)));
+    return (u32)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((u32)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+// A 16-byte piece of 8 fp16 values rewritten in place as bf16.
+__device__ __forceinline__ void sv_f16_to_bf16_piece(void* piece) {
+    uint4* d = reinterpret_cast<uint4*>(piece);
+    const uint4 x = *d;
+    *d = make_uint4(sv_f16x2_to_bf16x2(x.x), sv_f16x2_to_bf16x2(x.y), sv_f16x2_to_bf16x2(x.z), sv_f16x2_to_bf16x2(x.w));
+}
+
 // log(g) of element gi = token * HV + h: from the raw inputs, or the precomputed g / alpha. A linear alpha of 0
 // gives a large finite negative log (exp of it is 0 in fp32), so that differences of logs stay finite.
 __device__ __forceinline__ float sv_log_decay(const ServingParams& s, const __nv_bfloat16* a, i64 gi, float dt_bias,
@@ -82,13 +113,14 @@ __device__ __forceinline__ float sv_log_decay(const ServingParams& s, const __nv
     const int mode = s.flags & SV_GATE_MASK;
     if (mode == SV_GATE_LOG) return s.gate[gi];
     if (mode == SV_GATE_LINEAR) return fmaxf(__logf(s.gate[gi]), -1.0e4f);
-    return gdn_log_decay(__bfloat162float(a[gi]), dt_bias, a_log);
+    return gdn_log_decay(sv_act_f32(s, __bfloat16_as_ushort(a[gi])), dt_bias, a_log);
 }
 
-// beta of element gi: sigmoid(b) for raw gates, else the precomputed value.
+// beta of element gi: sigmoid(b) for raw gates, else the precomputed value (a 16-bit beta in the activation dtype).
 __device__ __forceinline__ float sv_beta(const ServingParams& s, const __nv_bfloat16* b, i64 gi) {
-    if ((s.flags & SV_GATE_MASK) == 0) return gdn_beta(__bfloat162float(b[gi]));
-    if (s.flags & SV_BETA_BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(s.beta)[gi]);
+    if ((s.flags & SV_GATE_MASK) == 0) return gdn_beta(sv_act_f32(s, __bfloat16_as_ushort(b[gi])));
+    if (s.flags & SV_BETA_BF16)
+        return sv_act_f32(s, reinterpret_cast<const unsigned short*>(s.beta)[gi]);
     return reinterpret_cast<const float*>(s.beta)[gi];
 }
 
@@ -163,14 +195,44 @@ __device__ __forceinline__ SvStateRow sv_state_row(const ServingParams& s, bool 
     return r;
 }
 
-// One state element, f32 or bf16 (the K-first paths' single-element accesses).
-template <bool BF16> __device__ __forceinline__ float state_ld1(const void* base, i64 off) {
-    if constexpr (BF16) return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[off]);
-    else return reinterpret_cast<const float*>(base)[off];
+// One state element, f32 or 16-bit (BF16: bf16, or fp16 with SV_STATE_F16); the K-first paths' single-element
+// accesses. (Without SV_STATE_F16 the same code as plain bf16 / f32 accesses.)
+template <bool BF16> __device__ __forceinline__ float state_ld1(const ServingParams& s, const void* base, i64 off) {
+    if constexpr (BF16) {
+        if (s.flags & SV_STATE_F16) return __half2float(reinterpret_cast<const __half*>(base)[off]);
+        return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(base)[off]);
+    } else {
+        return reinterpret_cast<const float*>(base)[off];
+    }
 }
-template <bool BF16> __device__ __forceinline__ void state_st1(void* base, i64 off, float x) {
-    if constexpr (BF16) reinterpret_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
-    else reinterpret_cast<float*>(base)[off] = x;
+template <bool BF16> __device__ __forceinline__ void state_st1(const ServingParams& s, void* base, i64 off, float x) {
+    if constexpr (BF16) {
+        if (s.flags & SV_STATE_F16) reinterpret_cast<__half*>(base)[off] = __float2half_rn(x);
+        else reinterpret_cast<__nv_bfloat16*>(base)[off] = __float2bfloat16_rn(x);
+    } else {
+        reinterpret_cast<float*>(base)[off] = x;
+    }
+}
+// Two adjacent state elements (k-last pairs; `off` even), f32 or 16-bit as above.
+template <bool BF16> __device__ __forceinline__ float2 state_ld2(const ServingParams& s, const void* base, i64 off) {
+    if constexpr (BF16) {
+        if (s.flags & SV_STATE_F16)
+            return __half22float2(*reinterpret_cast<const __half2*>(reinterpret_cast<const __half*>(base) + off));
+        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(reinterpret_cast<const __nv_bfloat16*>(base) + off));
+    } else {
+        return *reinterpret_cast<const float2*>(reinterpret_cast<const float*>(base) + off);
+    }
+}
+template <bool BF16>
+__device__ __forceinline__ void state_st2(const ServingParams& s, void* base, i64 off, float x0, float x1) {
+    if constexpr (BF16) {
+        if (s.flags & SV_STATE_F16)
+            *reinterpret_cast<__half2*>(reinterpret_cast<__half*>(base) + off) = __floats2half2_rn(x0, x1);
+        else
+            *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<__nv_bfloat16*>(base) + off) = __floats2bfloat162_rn(x0, x1);
+    } else {
+        *reinterpret_cast<float2*>(reinterpret_cast<float*>(base) + off) = make_float2(x0, x1);
+    }
 }
 
 // Element offset of (token t, head h) in activation tensor `which` (SV_Q, SV_K, SV_V, SV_OUT) whose dense layout is

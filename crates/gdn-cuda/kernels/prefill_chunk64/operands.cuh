@@ -90,6 +90,17 @@ __device__ __forceinline__ void normalize_kq_rows(unsigned char* kq, int tid) {
     }
 }
 
+// (SV_ACT_F16) ROWS K / Q rows of a panel pair in the layout normalize_kq_rows reads, fp16 rewritten in place as bf16
+// (common/serving.cuh sv_f16x2_to_bf16x2); THREADS threads, the same row split.
+template <int THREADS, int ROWS>
+__device__ __forceinline__ void f16_rows_to_bf16(unsigned char* kq, int tid) {
+    static_assert(THREADS % ROWS == 0 && THREADS / ROWS <= 16, "whole rows per thread group");
+    constexpr int PARTS = THREADS / ROWS, PIECES = 16 / PARTS;
+    const int r = tid / PARTS, q0 = (tid % PARTS) * PIECES;
+#pragma unroll 4
+    for (int q = q0; q < q0 + PIECES; ++q) sv_f16_to_bf16_piece(kq + (q >> 3) * (128 * 128) + swz(r, q & 7));
+}
+
 // x = hi + lo, both tf32 by truncation (the low 13 bits cleared: two LOP3 and an FADD; cvt.rna.tf32.f32 is ~8
 // instructions on sm_90, a third of the prep's instructions if used here). hi·hi + hi·lo + lo·hi carry ~2^-20 relative
 // error, far below the f16 the record stores T in.

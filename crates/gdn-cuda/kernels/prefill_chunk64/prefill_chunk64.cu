@@ -72,6 +72,10 @@
 //
 // Serving modes (the GDN_SERVING build's Prefill64Params::serving, common/serving.cuh; gdn_core's float64 reference
 // defines them), each a uniform branch on the params outside the walks' wgmma windows:
+//   fp16            SV_ACT_F16: the prep and every walk rewrite their fp16 K / Q rows (and the walk its V rows) as
+//                   bf16 in shared memory before any product (operands.cuh f16_rows_to_bf16); raw a / b and a 16-bit
+//                   beta read as fp16; outputs packed as fp16 (walk.cuh pack_out). SV_STATE_F16: the bf16-state walks
+//                   load and store fp16 states (common/serving.cuh state_ld1 / state_st1 / state_ld2 / state_st2)
 //   views           q, k, v and out rows at the caller's token / head strides (operands.cuh load_kq_rows, walk.cuh V
 //                   loads and output stores; sv_tok_stride / sv_head_stride)
 //   state pool      walk.cuh state_row (common/serving.cuh sv_state_row): a real walk (the plain walk, cp pass 1 segment 0, cp pass 3) of sequence n

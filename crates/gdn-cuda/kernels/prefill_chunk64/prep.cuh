@@ -67,11 +67,12 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
         float lg = 0.f, be = 0.f;
         if (ok) {
             const i64 gi = (start + tid) * HV + h;
-            if ((sv_of(p).flags & SV_GATE_MASK) == 0) {
+            if ((sv_of(p).flags & (SV_GATE_MASK | SV_ACT_F16)) == 0) {
                 lg = gdn_log_decay(__bfloat162float(p.a[gi]), p.dt_bias[h], p.A_log[h]);
                 be = gdn_beta(__bfloat162float(p.b[gi]));
-            } else {
-                lg = sv_log_decay(sv_of(p), p.a, gi, 0.f, 0.f);
+            } else {  // precomputed gates, or raw fp16 ones
+                const bool raw = (sv_of(p).flags & SV_GATE_MASK) == 0;
+                lg = sv_log_decay(sv_of(p), p.a, gi, raw ? p.dt_bias[h] : 0.f, raw ? p.A_log[h] : 0.f);
                 be = sv_beta(sv_of(p), p.b, gi);
             }
         }
@@ -86,6 +87,11 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
     cp_async_wait<0>();
     fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
     __syncthreads();
+    if (sv_of(p).flags & SV_ACT_F16) {  // (serving) fp16 K and Q rows rewritten in place as bf16
+        f16_rows_to_bf16<128, 128>(smem + PKQ_OFF, tid);
+        fence_proxy_async();
+        __syncthreads();
+    }
     if (sv_of(p).flags & SV_QK_NORM) {  // (serving) the in-kernel q/k norm of the 128 rows, in place
         normalize_kq_rows<128, 128>(smem + PKQ_OFF, tid);
         fence_proxy_async();

@@ -131,41 +131,47 @@ __device__ __forceinline__ SvStateRow state_row(const Prefill64Params& p, i64 se
     const i64 idx = sv_of(p).pool_indices != nullptr ? sv_pool_index(sv_of(p), seq) : 0;
     return sv_state_row(sv_of(p), p.state != nullptr, seq, idx, len, h, p.num_v_heads, sv_state_rows(p));
 }
+// Two outputs in the activation dtype, packed (bf16; fp16 with SV_ACT_F16).
+__device__ __forceinline__ u32 pack_out(const ServingParams& sv, float lo, float hi) {
+    return (sv.flags & SV_ACT_F16) ? sv_act16x2(sv, lo, hi) : pack_bf16(lo, hi);
+}
 // Sᵀ rows `row`, row + 8 (value rows), columns 8j + 2t, +1 (the accumulator layout) from / to one (row, head) of a
 // [.., HV, 128, 128] tensor at element offset `base`, in the call's layout: k-last ([v][k]: adjacent pairs) or
 // K-first (SV_KFIRST, [k][v]: single elements; at a walk's start and end only).
 template <bool BF16>
-__device__ __forceinline__ void state_rows_load(const void* src, float* S, i64 base, int row, int t, bool kfirst) {
+__device__ __forceinline__ void state_rows_load(const ServingParams& sv, const void* src, float* S, i64 base, int row, int t,
+                                                bool kfirst) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const int k = 8 * j + 2 * t;
         if (kfirst) {
             const i64 o = base + (i64)k * D + row;
-            S[4 * j] = state_ld1<BF16>(src, o);
-            S[4 * j + 1] = state_ld1<BF16>(src, o + D);
-            S[4 * j + 2] = state_ld1<BF16>(src, o + 8);
-            S[4 * j + 3] = state_ld1<BF16>(src, o + D + 8);
+            S[4 * j] = state_ld1<BF16>(sv, src, o);
+            S[4 * j + 1] = state_ld1<BF16>(sv, src, o + D);
+            S[4 * j + 2] = state_ld1<BF16>(sv, src, o + 8);
+            S[4 * j + 3] = state_ld1<BF16>(sv, src, o + D + 8);
         } else {
-            const float2 x0 = StateIO<BF16>::load(src, base + (i64)row * D + k);
-            const float2 x1 = StateIO<BF16>::load(src, base + (i64)(row + 8) * D + k);
+            const float2 x0 = state_ld2<BF16>(sv, src, base + (i64)row * D + k);
+            const float2 x1 = state_ld2<BF16>(sv, src, base + (i64)(row + 8) * D + k);
             S[4 * j] = x0.x; S[4 * j + 1] = x0.y; S[4 * j + 2] = x1.x; S[4 * j + 3] = x1.y;
         }
     }
 }
 template <bool BF16>
-__device__ __forceinline__ void state_rows_store(void* dst, const float* S, i64 base, int row, int t, bool kfirst) {
+__device__ __forceinline__ void state_rows_store(const ServingParams& sv, void* dst, const float* S, i64 base, int row, int t,
+                                                 bool kfirst) {
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         const int k = 8 * j + 2 * t;
         if (kfirst) {
             const i64 o = base + (i64)k * D + row;
-            state_st1<BF16>(dst, o, S[4 * j]);
-            state_st1<BF16>(dst, o + D, S[4 * j + 1]);
-            state_st1<BF16>(dst, o + 8, S[4 * j + 2]);
-            state_st1<BF16>(dst, o + D + 8, S[4 * j + 3]);
+            state_st1<BF16>(sv, dst, o, S[4 * j]);
+            state_st1<BF16>(sv, dst, o + D, S[4 * j + 1]);
+            state_st1<BF16>(sv, dst, o + 8, S[4 * j + 2]);
+            state_st1<BF16>(sv, dst, o + D + 8, S[4 * j + 3]);
         } else {
-            StateIO<BF16>::store(dst, base + (i64)row * D + k, S[4 * j], S[4 * j + 1]);
-            StateIO<BF16>::store(dst, base + (i64)(row + 8) * D + k, S[4 * j + 2], S[4 * j + 3]);
+            state_st2<BF16>(sv, dst, base + (i64)row * D + k, S[4 * j], S[4 * j + 1]);
+            state_st2<BF16>(sv, dst, base + (i64)(row + 8) * D + k, S[4 * j + 2], S[4 * j + 3]);
         }
     }
 }
@@ -183,8 +189,8 @@ __device__ __forceinline__ void walk_checkpoint(const Prefill64Params& p, const 
     if (every <= 0 || done % every != 0 || (i64)done * C > eos - bos) return;
     const i64 base = ((sv_checkpoint_start(sv, seq) + done / every - 1) * p.num_v_heads + h) * (i64)(D * D);
     const bool kfirst = (sv.flags & SV_KFIRST) != 0;
-    if (sv.flags & SV_CKPT_F32) state_rows_store<false>(sv.checkpoints, S, base, row, t, kfirst);
-    else state_rows_store<BF16STATE>(sv.checkpoints, S, base, row, t, kfirst);
+    if (sv.flags & SV_CKPT_F32) state_rows_store<false>(sv_of(p), sv.checkpoints, S, base, row, t, kfirst);
+    else state_rows_store<BF16STATE>(sv_of(p), sv.checkpoints, S, base, row, t, kfirst);
 }
 
 // SUMMARY = a context-parallel summary walk: only the state is carried (Z instead of [Z | Y], no Q, no output).
@@ -233,7 +239,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     const int srow = v0 + 16 * w + g;                                // value row of S[4j], S[4j + 1]
     const i64 wbase = (i64)(v0 + 16 * w) * D;                        // f32 [128][128] workspace states
     if (job.init == INIT_STATE && sr.read) {
-        state_rows_load<BF16STATE>(p.state, S, sr.base, srow, t, (sv_of(p).flags & SV_KFIRST) != 0);
+        state_rows_load<BF16STATE>(sv_of(p), p.state, S, sr.base, srow, t, (sv_of(p).flags & SV_KFIRST) != 0);
     } else if (job.init == INIT_WS) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -283,6 +289,14 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
         fence_proxy_async();  // this thread's cp.async writes → visible to the async proxy (wgmma)
         mbar_wait(bar0 + 8 * (lc & 1), ((u32)(lc >> 1) + (bars >> (lc & 1))) & 1u);
         __syncthreads();  // chunk c visible to all; everyone is done with chunk c-1 (its slot, the staging tile)
+        if (sv_of(p).flags & SV_ACT_F16) {  // (serving) fp16 K (and Q) rows and V rewritten in place as bf16
+            f16_rows_to_bf16<Lay::THREADS, SUMMARY ? C : 2 * C>(slot + Lay::KQ, tid);
+            if constexpr (loadv) {
+                for (int i = tid; i < WGS * C * 8; i += Lay::THREADS) sv_f16_to_bf16_piece(slot + Lay::V + 16 * i);
+            }
+            fence_proxy_async();
+            __syncthreads();
+        }
         if (sv_of(p).flags & SV_QK_NORM) {  // (serving) the in-kernel q/k norm of the slot's K (and Q) rows, in place
             normalize_kq_rows<Lay::THREADS, SUMMARY ? C : 2 * C>(slot + Lay::KQ, tid);
             fence_proxy_async();
@@ -424,9 +438,9 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
             // ---- outputs: stage [token][v] in shared memory (transposing stmatrix), then 16-byte stores
 #pragma unroll
             for (int q = 0; q < 4; ++q)
-                stsm_x4_t(os_lane + (u32)(16 * q * W2_LDO * 2), pack_bf16(O[8 * q], O[8 * q + 1]),
-                          pack_bf16(O[8 * q + 2], O[8 * q + 3]), pack_bf16(O[8 * q + 4], O[8 * q + 5]),
-                          pack_bf16(O[8 * q + 6], O[8 * q + 7]));
+                stsm_x4_t(os_lane + (u32)(16 * q * W2_LDO * 2), pack_out(sv_of(p), O[8 * q], O[8 * q + 1]),
+                          pack_out(sv_of(p), O[8 * q + 2], O[8 * q + 3]), pack_out(sv_of(p), O[8 * q + 4], O[8 * q + 5]),
+                          pack_out(sv_of(p), O[8 * q + 6], O[8 * q + 7]));
             wg_bar(1 + wg);  // this warpgroup's staging tile is complete (the other warpgroup runs on)
 #pragma unroll
             for (int it = 0; it < 4; ++it) {
@@ -442,7 +456,7 @@ __device__ __forceinline__ void walk_wg_body(const Prefill64Params& p, const Wal
     }
     if (job.end == END_STATE) {
         // (sr.write, re-derived rather than held across the chunk loop: a padded walk has left already)
-        if (sv_of(p).pool_indices == nullptr || len > 0) state_rows_store<BF16STATE>(p.new_state, S, sr.base, srow, t, (sv_of(p).flags & SV_KFIRST) != 0);
+        if (sv_of(p).pool_indices == nullptr || len > 0) state_rows_store<BF16STATE>(sv_of(p), p.new_state, S, sr.base, srow, t, (sv_of(p).flags & SV_KFIRST) != 0);
     } else if (job.end == END_WS) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {

@@ -62,6 +62,7 @@ __device__ __forceinline__ void producer_loop(const PrefillParams& p, unsigned c
             __syncwarp();
         }
         const int nvalid = rem < C ? (int)rem : C;
+        if (SV && (sv_of(p).flags & SV_ACT_F16)) f16_tiles_to_bf16<BV>(smem + (j % R) * SL::BYTES, lane);
         if (SV && (sv_of(p).flags & SV_QK_NORM)) normalize_qk<BV>(smem + (j % R) * SL::BYTES, lane);
         compute_chunk<BV, SV>(p, smem + (j % R) * SL::BYTES, scr, h, nvalid, dtb, nea, lane);
         mbar_arrive(full0 + 8 * (j % R));  // every lane: its copies and stores happen-before the walkers' reads
@@ -110,7 +111,7 @@ __device__ __forceinline__ void prefill_body(const PrefillParams& p) {
     // arrived — one DRAM round trip off the critical path of short calls. Rows < lead_rows exist in the tensors; the
     // rows past the sequence's end are zeroed once its length is known (below), and a cu_seqlens[0] != 0 reloads.
     const bool spec = !LF && seq == 0 && p.lead_rows > 0 && warp == NWK;  // producer 0
-    const bool svprod = (sv_of(p).flags & (SV_GATE_MASK | SV_QK_NORM)) != 0;  // the producers' serving build
+    const bool svprod = (sv_of(p).flags & (SV_GATE_MASK | SV_QK_NORM | SV_ACT_F16)) != 0;  // the producers' serving build
     if (spec) {  // slot 0, not committed yet
         if (svprod) load_chunk<BV, true>(p, smem, 0, p.lead_rows, hq, h, v0, lane);
         else load_chunk<BV, false>(p, smem, 0, p.lead_rows, hq, h, v0, lane);

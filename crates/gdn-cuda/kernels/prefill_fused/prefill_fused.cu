@@ -62,6 +62,10 @@
 //
 // Serving modes (the GDN_SERVING build's PrefillParams::serving, common/serving.cuh; gdn_core's float64 reference
 // defines them). Each is a uniform branch on the params, outside the walkers' per-chunk chain where it can be:
+//   fp16            SV_ACT_F16: the producer rewrites each slot's fp16 K, Q and V tiles as bf16 in place
+//                   (producer.cuh f16_tiles_to_bf16) and reads raw a / b and a 16-bit beta as fp16; outputs are
+//                   rounded to fp16 (walker_ops.cuh store_output). SV_STATE_F16: the bf16-state kernels load and store
+//                   fp16 states (common/serving.cuh state_ld2 / state_st2 / state_ld1 / state_st1)
 //   views           q, k, v and out rows at the caller's token / head strides (producer.cuh load_chunk,
 //                   walker_ops.cuh store_output, body.cuh zero_output; sv_tok_stride / sv_head_stride)
 //   state pool      walker_ops.cuh state_row (common/serving.cuh sv_state_row): sequence n reads and writes pool row pool_indices[n] (rows

@@ -119,6 +119,24 @@ __device__ __forceinline__ void normalize_qk(unsigned char* slot, int lane) {
     __syncwarp();
 }
 
+// (SV_ACT_F16) The slot's K, Q and V tiles arrived as fp16: rewrite them in place as bf16, the operand type of every
+// product (common/serving.cuh sv_f16x2_to_bf16x2), before anything reads them. Rows past the sequence's end are zeros
+// (or garbage rows zero_rows clears afterwards) and convert harmlessly.
+template <int BV>
+__device__ __forceinline__ void f16_tiles_to_bf16(unsigned char* slot, int lane) {
+    for (int idx = lane; idx < C * (D / 8); idx += 32) {
+        const int r = idx >> 4, c = idx & 15;
+        sv_f16_to_bf16_piece(slot + Slot<BV>::K_OFF + (r * LDK + c * 8) * 2);
+        sv_f16_to_bf16_piece(slot + Slot<BV>::Q_OFF + (r * LDK + c * 8) * 2);
+    }
+    constexpr int PPR = BV / 8;
+    for (int idx = lane; idx < C * PPR; idx += 32) {
+        const int r = idx / PPR, c = idx % PPR;
+        sv_f16_to_bf16_piece(slot + Slot<BV>::V_OFF + (r * Slot<BV>::LDV + c * 8) * 2);
+    }
+    __syncwarp();
+}
+
 // Zero rows [from, 16) of a slot's K, Q and V tiles (the gate words need not be: compute_chunk masks them).
 template <int BV>
 __device__ __forceinline__ void zero_rows(unsigned char* slot, int from, int lane) {
@@ -180,7 +198,10 @@ __device__ __forceinline__ ChunkGates prep_gates(const PrefillParams& p, unsigne
                                                  float dtb, float nea, int lane) {
     const bool valid = (lane & 15) < nvalid;
     const u32 gpair = reinterpret_cast<const u32*>(slot + Slot<BV>::GATE_OFF)[lane];
-    const float graw = __uint_as_float((h & 1) ? (gpair & 0xffff0000u) : (gpair << 16));  // bf16 -> f32
+    float graw = __uint_as_float((h & 1) ? (gpair & 0xffff0000u) : (gpair << 16));  // bf16 -> f32
+    if constexpr (SV) {  // (SV_ACT_F16) raw a / b and a 16-bit beta are fp16
+        if (sv_of(p).flags & SV_ACT_F16) graw = __half2float(__ushort_as_half((unsigned short)((h & 1) ? gpair >> 16 : gpair)));
+    }
     const float x = graw + dtb;
     const float sp = fmaxf(x, 0.f) + 0.6931471805599453f * lg2_ftz(1.f + ex2_ftz(-1.4426950408889634f * fabsf(x)));
     const float sg = rcp_ftz(1.f + ex2_ftz(-1.4426950408889634f * graw));

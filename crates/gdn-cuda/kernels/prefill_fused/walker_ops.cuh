@@ -108,7 +108,11 @@ __device__ __forceinline__ void store_output(const PrefillParams& p, unsigned ch
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) os[(8 * nt + 2 * t + (r & 1)) * LDS16 + g + 8 * (r >> 1)] = __float2bfloat16_rn(O[nt][r]);
+        for (int r = 0; r < 4; ++r) {
+            __nv_bfloat16* o = os + (8 * nt + 2 * t + (r & 1)) * LDS16 + g + 8 * (r >> 1);
+            if (sv_of(p).flags & SV_ACT_F16) *reinterpret_cast<unsigned short*>(o) = sv_act16(sv_of(p), O[nt][r]);
+            else *o = __float2bfloat16_rn(O[nt][r]);
+        }
     __syncwarp();
     const int i = lane >> 1, half = lane & 1;
     const i64 tok = tok0 + i;
@@ -186,19 +190,19 @@ __device__ __forceinline__ void load_state(const PrefillParams& p, float (&S)[NT
             S[nt][0] = S[nt][1] = S[nt][2] = S[nt][3] = 0.f;
         } else if (kfirst) {
             const i64 o = base + (i64)k * D + vw + g;
-            S[nt][0] = state_ld1<BF16>(p.state, o);
-            S[nt][1] = state_ld1<BF16>(p.state, o + D);
-            S[nt][2] = state_ld1<BF16>(p.state, o + 8);
-            S[nt][3] = state_ld1<BF16>(p.state, o + D + 8);
+            S[nt][0] = state_ld1<BF16>(sv_of(p), p.state, o);
+            S[nt][1] = state_ld1<BF16>(sv_of(p), p.state, o + D);
+            S[nt][2] = state_ld1<BF16>(sv_of(p), p.state, o + 8);
+            S[nt][3] = state_ld1<BF16>(sv_of(p), p.state, o + D + 8);
         } else {
-            const float2 x0 = StateIO<BF16>::load(p.state, base + (i64)(vw + g) * D + k);
-            const float2 x1 = StateIO<BF16>::load(p.state, base + (i64)(vw + g + 8) * D + k);
+            const float2 x0 = state_ld2<BF16>(sv_of(p), p.state, base + (i64)(vw + g) * D + k);
+            const float2 x1 = state_ld2<BF16>(sv_of(p), p.state, base + (i64)(vw + g + 8) * D + k);
             S[nt][0] = x0.x; S[nt][1] = x0.y; S[nt][2] = x1.x; S[nt][3] = x1.y;
         }
     }
 }
 template <int NT, bool BF16>
-__device__ __forceinline__ void store_slice(void* dst, const float (&S)[NT][4], i64 base, int vw, int kb, int lane,
+__device__ __forceinline__ void store_slice(const ServingParams& sv, void* dst, const float (&S)[NT][4], i64 base, int vw, int kb, int lane,
                                             bool kfirst) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -206,13 +210,13 @@ __device__ __forceinline__ void store_slice(void* dst, const float (&S)[NT][4], 
         const int k = kb + 8 * nt + 2 * t;
         if (kfirst) {
             const i64 o = base + (i64)k * D + vw + g;
-            state_st1<BF16>(dst, o, S[nt][0]);
-            state_st1<BF16>(dst, o + D, S[nt][1]);
-            state_st1<BF16>(dst, o + 8, S[nt][2]);
-            state_st1<BF16>(dst, o + D + 8, S[nt][3]);
+            state_st1<BF16>(sv, dst, o, S[nt][0]);
+            state_st1<BF16>(sv, dst, o + D, S[nt][1]);
+            state_st1<BF16>(sv, dst, o + 8, S[nt][2]);
+            state_st1<BF16>(sv, dst, o + D + 8, S[nt][3]);
         } else {
-            StateIO<BF16>::store(dst, base + (i64)(vw + g) * D + k, S[nt][0], S[nt][1]);
-            StateIO<BF16>::store(dst, base + (i64)(vw + g + 8) * D + k, S[nt][2], S[nt][3]);
+            state_st2<BF16>(sv, dst, base + (i64)(vw + g) * D + k, S[nt][0], S[nt][1]);
+            state_st2<BF16>(sv, dst, base + (i64)(vw + g + 8) * D + k, S[nt][2], S[nt][3]);
         }
     }
 }
@@ -220,7 +224,7 @@ __device__ __forceinline__ void store_slice(void* dst, const float (&S)[NT][4], 
 template <int NT, bool BF16STATE>
 __device__ __forceinline__ void store_state(const PrefillParams& p, const float (&S)[NT][4], const SvStateRow& sr, int vw,
                                             int kb, int lane) {
-    if (sr.write) store_slice<NT, BF16STATE>(p.new_state, S, sr.base, vw, kb, lane, (sv_of(p).flags & SV_KFIRST) != 0);
+    if (sr.write) store_slice<NT, BF16STATE>(sv_of(p), p.new_state, S, sr.base, vw, kb, lane, (sv_of(p).flags & SV_KFIRST) != 0);
 }
 // Prefix-cache checkpoints (serving.checkpoint_every > 0, a multiple of 64 tokens = 4 chunks): a walker calls this
 // after each chunk behind one uniform branch on the params (the definition mode's chunk loop runs the same
@@ -252,8 +256,8 @@ __device__ __forceinline__ void checkpoint(const PrefillParams& p, const float (
     const i64 row = sv_checkpoint_start(sv, seq) + done / every - 1;
     const i64 base = (row * p.num_v_heads + h) * (i64)(D * D);
     const bool kfirst = (sv.flags & SV_KFIRST) != 0;
-    if (sv.flags & SV_CKPT_F32) store_slice<NT, false>(sv.checkpoints, S, base, vw, kb, lane, kfirst);
-    else store_slice<NT, BF16STATE>(sv.checkpoints, S, base, vw, kb, lane, kfirst);
+    if (sv.flags & SV_CKPT_F32) store_slice<NT, false>(sv_of(p), sv.checkpoints, S, base, vw, kb, lane, kfirst);
+    else store_slice<NT, BF16STATE>(sv_of(p), sv.checkpoints, S, base, vw, kb, lane, kfirst);
 }
 
 }  // namespace gdn_prefill

@@ -1,6 +1,7 @@
 //! The kernels as data: the registry (one row per kernel variant and its module), the embedded sources,
 //! the ptxas resource parser and the GPU-free compile report (`gdn kernels`).
 
+pub mod modules;
 pub mod registry;
 pub mod report;
 pub mod resources;

@@ -6,8 +6,9 @@
 //! The table's kernels are recurrent.cu's definition builds: they read no serving field. A call that uses a
 //! serving mode (`Build::Serving`) runs the `_sv` build of the same row (the same launch, every serving mode
 //! compiled in); one whose state tensors are K-first (`Build::KFirst`) runs the `_kf` kernels of
-//! `RECURRENT_KFIRST_TABLE`: the same compute mapping with accesses along V. Their ranges are not measured:
-//! each family switches from its head-major to its `_lin` kernel where the k-last table does.
+//! `RECURRENT_KFIRST_TABLE`: a mapping of their own (recurrent.cu, "K-first mapping": lanes along V in whole
+//! 128-byte lines, the K rows split over a CTA's 4 warps). Their ranges are not measured: each family switches
+//! from its head-major to its `_lin` kernel (the same launch in state-memory order) where the k-last table does.
 
 use crate::kernels::registry::{self, Family, StateDtype, Variant};
 use crate::plan::grid::{check_call, configure, family_of, named};
@@ -98,43 +99,43 @@ pub const RECURRENT_KFIRST_TABLE: &[(Family, StateDtype, u64, &str)] = &[
         Family::Decode,
         StateDtype::F32,
         u64::MAX,
-        "gdn_recurrent_f32_t1_v8r4w1_lin_kf",
+        "gdn_recurrent_f32_t1_v8r4w4_lin_kf",
     ),
     (
         Family::Decode,
         StateDtype::BF16,
         96,
-        "gdn_recurrent_bf16_t1_v4r8w4_kf",
+        "gdn_recurrent_bf16_t1_v8r8w4_kf",
     ),
     (
         Family::Decode,
         StateDtype::BF16,
         u64::MAX,
-        "gdn_recurrent_bf16_t1_v4r8w4_lin_kf",
+        "gdn_recurrent_bf16_t1_v8r8w4_lin_kf",
     ),
     (
         Family::Mtp,
         StateDtype::F32,
         127,
-        "gdn_recurrent_f32_tn_v8r4w2_kf",
+        "gdn_recurrent_f32_tn_v8r4w4_kf",
     ),
     (
         Family::Mtp,
         StateDtype::F32,
         u64::MAX,
-        "gdn_recurrent_f32_tn_v8r4w2_lin_kf",
+        "gdn_recurrent_f32_tn_v8r4w4_lin_kf",
     ),
     (
         Family::Mtp,
         StateDtype::BF16,
         31,
-        "gdn_recurrent_bf16_tn_v4r8w2_kf",
+        "gdn_recurrent_bf16_tn_v8r8w4_kf",
     ),
     (
         Family::Mtp,
         StateDtype::BF16,
         u64::MAX,
-        "gdn_recurrent_bf16_tn_v4r8w2_lin_kf",
+        "gdn_recurrent_bf16_tn_v8r8w4_lin_kf",
     ),
 ];
 
