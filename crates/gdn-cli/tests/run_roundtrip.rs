@@ -6,7 +6,7 @@ mod common;
 use common::{gdn_run, scratch, stderr, workload_file};
 use gdn_core::compare::{compare, CONTEST};
 use gdn_core::workload::WorkloadSpec;
-use gdn_core::{io, reference, Data, Heads, MtpMode, Outputs, Problem, StateBuf};
+use gdn_core::{io, reference, ActBuf, Data, Heads, MtpMode, Outputs, Problem, StateBuf};
 
 fn heads(h: usize, hv: usize) -> Heads {
     Heads::new(h, hv, 128).unwrap()
@@ -37,7 +37,7 @@ fn round_trip(spec: WorkloadSpec, tag: &str) {
     assert_eq!(got["output"].shape, p.output_shape(), "{tag}");
     assert_eq!(state.shape, p.state_shape(), "{tag}");
     let out = Outputs {
-        output: got["output"].as_bf16().unwrap().to_vec(),
+        output: ActBuf::from_data(&got["output"].data).unwrap(),
         state: match &state.data {
             Data::F32(v) => StateBuf::F32(v.clone()),
             Data::BF16(v) => StateBuf::BF16(v.clone()),

@@ -87,7 +87,7 @@ pub fn compare(
     out_tol: &Tolerance,
     state_tol: &Tolerance,
 ) -> CheckReport {
-    let got_out: Vec<f64> = out.output.iter().map(|x| x.to_f64()).collect();
+    let got_out = out.output.to_f64();
     let mut tensors = vec![
         check_tensor("output", &got_out, &r.output, out_tol),
         check_tensor(

@@ -7,6 +7,9 @@ use std::fmt;
 pub enum DType {
     #[serde(rename = "bfloat16")]
     BF16,
+    /// IEEE half precision: gdn's fp16 extension (activations and states, math in fp32).
+    #[serde(rename = "float16")]
+    F16,
     #[serde(rename = "float32")]
     F32,
     #[serde(rename = "int32")]
@@ -16,10 +19,11 @@ pub enum DType {
 }
 
 impl DType {
-    /// The flashinfer-bench name (`bfloat16`, `float32`, `int32`, `int64`).
+    /// The flashinfer-bench name (`bfloat16`, `float16`, `float32`, `int32`, `int64`).
     pub fn name(self) -> &'static str {
         match self {
             DType::BF16 => "bfloat16",
+            DType::F16 => "float16",
             DType::F32 => "float32",
             DType::I32 => "int32",
             DType::I64 => "int64",
@@ -30,6 +34,7 @@ impl DType {
     pub fn from_name(s: &str) -> Option<DType> {
         Some(match s {
             "bfloat16" => DType::BF16,
+            "float16" => DType::F16,
             "float32" => DType::F32,
             "int32" => DType::I32,
             "int64" => DType::I64,
@@ -40,10 +45,17 @@ impl DType {
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::BF16 => 2,
+            DType::BF16 | DType::F16 => 2,
             DType::F32 | DType::I32 => 4,
             DType::I64 => 8,
         }
+    }
+}
+
+impl DType {
+    /// A 16-bit float (bf16 or fp16): the activation dtypes, and the 16-bit state dtypes.
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::BF16 | DType::F16)
     }
 }
 

@@ -1,13 +1,13 @@
 //! safetensors I/O of a [`TensorMap`] (the flashinfer-bench workload format).
 //!
-//! Only the dtypes GDN uses are accepted (BF16, F32, I32, I64); anything else, and any corrupt or truncated
+//! Only the dtypes GDN uses are accepted (BF16, F16, F32, I32, I64); anything else, and any corrupt or truncated
 //! file, is a one-line [`GdnError::Io`] naming the file (and the tensor). Writes are atomic: the bytes go to a
 //! temporary file in the destination's directory which is then renamed, so a failure never leaves a partial
 //! output file behind.
 
 use crate::error::{GdnError, Result};
 use crate::tensor::{Data, Tensor, TensorMap};
-use half::bf16;
+use half::{bf16, f16};
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -27,6 +27,7 @@ pub fn read_safetensors(path: &Path) -> Result<TensorMap> {
         let raw = view.data();
         let data = match view.dtype() {
             Dtype::BF16 => Data::BF16(le_elems(raw, |b: [u8; 2]| bf16::from_le_bytes(b))),
+            Dtype::F16 => Data::F16(le_elems(raw, |b: [u8; 2]| f16::from_le_bytes(b))),
             Dtype::F32 => Data::F32(le_elems(raw, f32::from_le_bytes)),
             Dtype::I32 => Data::I32(le_elems(raw, i32::from_le_bytes)),
             Dtype::I64 => Data::I64(le_elems(raw, i64::from_le_bytes)),
@@ -34,7 +35,7 @@ pub fn read_safetensors(path: &Path) -> Result<TensorMap> {
                 return Err(GdnError::io(
                     &file,
                     format!(
-                    "tensor '{name}': unsupported dtype {other:?} (gdn reads BF16, F32, I32, I64)"
+                    "tensor '{name}': unsupported dtype {other:?} (gdn reads BF16, F16, F32, I32, I64)"
                 ),
                 ))
             }
@@ -83,6 +84,7 @@ pub fn write_safetensors(path: &Path, tensors: &TensorMap) -> Result<()> {
 fn st_dtype(d: &Data) -> Dtype {
     match d {
         Data::BF16(_) => Dtype::BF16,
+        Data::F16(_) => Dtype::F16,
         Data::F32(_) => Dtype::F32,
         Data::I32(_) => Dtype::I32,
         Data::I64(_) => Dtype::I64,
@@ -123,6 +125,10 @@ mod tests {
         let mut m = TensorMap::new();
         let bf: Vec<bf16> = (0..6).map(|i| bf16::from_f32(i as f32 - 2.5)).collect();
         m.insert("q".into(), Tensor::new(vec![2, 3], Data::BF16(bf)));
+        let h: Vec<f16> = (0..4)
+            .map(|i| f16::from_f32(i as f32 * 0.3 - 1.0))
+            .collect();
+        m.insert("k".into(), Tensor::new(vec![4], Data::F16(h)));
         m.insert("scale".into(), Tensor::scalar_f32(0.125));
         m.insert(
             "idx".into(),
@@ -167,12 +173,12 @@ mod tests {
     #[test]
     fn unsupported_dtype_names_tensor_and_dtype() {
         let d = tmpdir("dtype");
-        let p = d.join("f16.safetensors");
-        let raw = [0u8; 8];
-        let v = TensorView::new(Dtype::F16, vec![4], &raw).unwrap();
+        let p = d.join("f64.safetensors");
+        let raw = [0u8; 32];
+        let v = TensorView::new(Dtype::F64, vec![4], &raw).unwrap();
         std::fs::write(&p, safetensors::serialize([("weird", v)], None).unwrap()).unwrap();
         let e = read_safetensors(&p).unwrap_err().to_string();
-        assert!(e.contains("'weird'") && e.contains("F16"), "{e}");
+        assert!(e.contains("'weird'") && e.contains("F64"), "{e}");
         std::fs::remove_dir_all(d).unwrap();
     }
 

@@ -19,11 +19,14 @@ pub mod tensor;
 pub mod timing;
 pub mod workload;
 
+#[cfg(test)]
+mod half_tests;
+
 pub use definition::{Definition, Heads, Op};
 pub use dtype::DType;
 pub use error::{GdnError, Result};
-pub use outputs::{Backend, Outputs, StateBuf};
-pub use problem::{BetaRef, Dims, Inputs, MtpMode, Problem, RunOptions, StateRef};
+pub use outputs::{ActBuf, Backend, Outputs, StateBuf};
+pub use problem::{ActRef, BetaRef, Dims, Inputs, MtpMode, Problem, RunOptions, StateRef};
 pub use serving::{GateMode, PadRule, Serving, StateLayout};
 pub use tensor::{Data, Tensor, TensorMap};
 pub use timing::{TierSamples, Timed, TimingConfig};

@@ -3,31 +3,165 @@
 use crate::definition::Op;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::problem::{Inputs, Problem, StateRef};
+use crate::problem::{ActRef, Inputs, Problem, StateRef};
 use crate::tensor::{Data, Tensor, TensorMap};
-use half::bf16;
+use half::{bf16, f16};
 
 /// Typed state output storage.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StateBuf {
     F32(Vec<f32>),
     BF16(Vec<bf16>),
+    F16(Vec<f16>),
 }
 
 impl StateBuf {
+    /// `n` elements of `dtype` (F32, BF16 or F16), all `value`.
+    pub fn filled(dtype: DType, n: usize, value: f32) -> StateBuf {
+        match dtype {
+            DType::BF16 => StateBuf::BF16(vec![bf16::from_f32(value); n]),
+            DType::F16 => StateBuf::F16(vec![f16::from_f32(value); n]),
+            _ => StateBuf::F32(vec![value; n]),
+        }
+    }
+    /// A copy of a state-like input.
+    pub fn copy_of(s: StateRef) -> StateBuf {
+        match s {
+            StateRef::F32(v) => StateBuf::F32(v.to_vec()),
+            StateRef::BF16(v) => StateBuf::BF16(v.to_vec()),
+            StateRef::F16(v) => StateBuf::F16(v.to_vec()),
+        }
+    }
     pub fn len(&self) -> usize {
         match self {
             StateBuf::F32(v) => v.len(),
             StateBuf::BF16(v) => v.len(),
+            StateBuf::F16(v) => v.len(),
         }
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    pub fn dtype(&self) -> DType {
+        match self {
+            StateBuf::F32(_) => DType::F32,
+            StateBuf::BF16(_) => DType::BF16,
+            StateBuf::F16(_) => DType::F16,
+        }
+    }
     pub fn to_f64(&self) -> Vec<f64> {
         match self {
             StateBuf::F32(v) => v.iter().map(|&x| x as f64).collect(),
             StateBuf::BF16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            StateBuf::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
+        }
+    }
+    /// The buffer as a tensor of `shape`.
+    pub fn into_tensor(self, shape: Vec<usize>) -> Tensor {
+        let data = match self {
+            StateBuf::F32(v) => Data::F32(v),
+            StateBuf::BF16(v) => Data::BF16(v),
+            StateBuf::F16(v) => Data::F16(v),
+        };
+        Tensor::new(shape, data)
+    }
+}
+
+/// Typed 16-bit activation output storage (`output`): bf16 per the definitions, or fp16 (the dtype of q).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ActBuf {
+    BF16(Vec<bf16>),
+    F16(Vec<f16>),
+}
+
+impl ActBuf {
+    /// `n` elements of `dtype` (BF16 or F16), all `value`.
+    pub fn filled(dtype: DType, n: usize, value: f32) -> ActBuf {
+        match dtype {
+            DType::F16 => ActBuf::F16(vec![f16::from_f32(value); n]),
+            _ => ActBuf::BF16(vec![bf16::from_f32(value); n]),
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            ActBuf::BF16(v) => v.len(),
+            ActBuf::F16(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn dtype(&self) -> DType {
+        match self {
+            ActBuf::BF16(_) => DType::BF16,
+            ActBuf::F16(_) => DType::F16,
+        }
+    }
+    /// Element `i` as f64.
+    pub fn get(&self, i: usize) -> f64 {
+        match self {
+            ActBuf::BF16(v) => v[i].to_f64(),
+            ActBuf::F16(v) => v[i].to_f64(),
+        }
+    }
+    /// Sets element `i` to `x`, rounded to the buffer's dtype.
+    pub fn set(&mut self, i: usize, x: f64) {
+        match self {
+            ActBuf::BF16(v) => v[i] = bf16::from_f64(x),
+            ActBuf::F16(v) => v[i] = f16::from_f64(x),
+        }
+    }
+    /// Raw bits of element `i`.
+    pub fn bits(&self, i: usize) -> u16 {
+        match self {
+            ActBuf::BF16(v) => v[i].to_bits(),
+            ActBuf::F16(v) => v[i].to_bits(),
+        }
+    }
+    /// Elements `range` as f64.
+    pub fn range_f64(&self, range: std::ops::Range<usize>) -> Vec<f64> {
+        match self {
+            ActBuf::BF16(v) => v[range].iter().map(|x| x.to_f64()).collect(),
+            ActBuf::F16(v) => v[range].iter().map(|x| x.to_f64()).collect(),
+        }
+    }
+    pub fn to_f64(&self) -> Vec<f64> {
+        self.range_f64(0..self.len())
+    }
+    /// Elements `range`, same dtype.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> ActBuf {
+        match self {
+            ActBuf::BF16(v) => ActBuf::BF16(v[range].to_vec()),
+            ActBuf::F16(v) => ActBuf::F16(v[range].to_vec()),
+        }
+    }
+    /// A typed view of the elements.
+    pub fn as_act(&self) -> ActRef<'_> {
+        match self {
+            ActBuf::BF16(v) => ActRef::BF16(v),
+            ActBuf::F16(v) => ActRef::F16(v),
+        }
+    }
+    /// The bf16 elements (None for an fp16 buffer).
+    pub fn as_bf16(&self) -> Option<&[bf16]> {
+        match self {
+            ActBuf::BF16(v) => Some(v),
+            ActBuf::F16(_) => None,
+        }
+    }
+    /// The fp16 elements (None for a bf16 buffer).
+    pub fn as_f16(&self) -> Option<&[f16]> {
+        match self {
+            ActBuf::F16(v) => Some(v),
+            ActBuf::BF16(_) => None,
+        }
+    }
+    /// A copy of a 16-bit tensor's data (None for other dtypes).
+    pub fn from_data(d: &Data) -> Option<ActBuf> {
+        match d {
+            Data::BF16(v) => Some(ActBuf::BF16(v.clone())),
+            Data::F16(v) => Some(ActBuf::F16(v.clone())),
+            _ => None,
         }
     }
 }
@@ -37,8 +171,9 @@ impl StateBuf {
 /// request, and for checkpoints the rows the sequences own (other rows keep the caller's values).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outputs {
-    /// `output`, token-major `[tokens, HV, D]` (decode/MTP `[B, T, HV, D]` is the same memory).
-    pub output: Vec<bf16>,
+    /// `output`, token-major `[tokens, HV, D]` (decode/MTP `[B, T, HV, D]` is the same memory), in the
+    /// activation dtype ([`Problem::act_dtype`]).
+    pub output: ActBuf,
     /// `new_state` (decode, prefill) or `final_state` (MTP), `[rows, HV, D, D]`.
     pub state: StateBuf,
     /// MTP `intermediate_states_buffer` `[pool, T, HV, D, D]`, when given.
@@ -53,10 +188,7 @@ impl Outputs {
     pub fn poisoned(p: &Problem, x: &Inputs) -> Outputs {
         let n_out = p.output_shape().iter().product();
         let n_state = p.state_shape().iter().product();
-        let state = match p.state_out_dtype() {
-            DType::BF16 => StateBuf::BF16(vec![bf16::NAN; n_state]),
-            _ => StateBuf::F32(vec![f32::NAN; n_state]),
-        };
+        let state = StateBuf::filled(p.state_out_dtype(), n_state, f32::NAN);
         let intermediate = x.intermediate.map(|buf| {
             let mut buf = buf.to_vec();
             let per_row = p.dims.seq_len * p.state_row_len();
@@ -69,15 +201,12 @@ impl Outputs {
             buf
         });
         let checkpoints = x.checkpoints.map(|c| {
-            let mut buf = match c {
-                StateRef::F32(v) => StateBuf::F32(v.to_vec()),
-                StateRef::BF16(v) => StateBuf::BF16(v.to_vec()),
-            };
+            let mut buf = StateBuf::copy_of(c);
             poison_checkpoint_rows(p, x, &mut buf);
             buf
         });
         Outputs {
-            output: vec![bf16::NAN; n_out],
+            output: ActBuf::filled(p.act_dtype, n_out, f32::NAN),
             state,
             intermediate,
             checkpoints,
@@ -88,17 +217,14 @@ impl Outputs {
     /// intermediate buffer is included under its input name (it is a destination the call writes).
     pub fn into_tensors(self, p: &Problem) -> TensorMap {
         let mut m = TensorMap::new();
-        m.insert(
-            "output".into(),
-            Tensor::new(p.output_shape(), Data::BF16(self.output)),
-        );
-        let data = match self.state {
-            StateBuf::F32(v) => Data::F32(v),
-            StateBuf::BF16(v) => Data::BF16(v),
+        let output = match self.output {
+            ActBuf::BF16(v) => Data::BF16(v),
+            ActBuf::F16(v) => Data::F16(v),
         };
+        m.insert("output".into(), Tensor::new(p.output_shape(), output));
         m.insert(
             p.def.state_output().into(),
-            Tensor::new(p.state_shape(), data),
+            self.state.into_tensor(p.state_shape()),
         );
         if let (Op::Mtp, Some(buf)) = (p.def.op, self.intermediate) {
             m.insert(
@@ -107,13 +233,9 @@ impl Outputs {
             );
         }
         if let Some(c) = self.checkpoints {
-            let data = match c {
-                StateBuf::F32(v) => Data::F32(v),
-                StateBuf::BF16(v) => Data::BF16(v),
-            };
             m.insert(
                 crate::serving::names::CHECKPOINTS.into(),
-                Tensor::new(p.checkpoint_shape(), data),
+                c.into_tensor(p.checkpoint_shape()),
             );
         }
         m
@@ -134,9 +256,11 @@ fn poison_checkpoint_rows(p: &Problem, x: &Inputs, buf: &mut StateBuf) {
             continue;
         }
         let r = starts[n] as usize..starts[n] as usize + len / every;
+        let r = r.start * row..r.end * row;
         match buf {
-            StateBuf::F32(v) => v[r.start * row..r.end * row].fill(f32::NAN),
-            StateBuf::BF16(v) => v[r.start * row..r.end * row].fill(bf16::NAN),
+            StateBuf::F32(v) => v[r].fill(f32::NAN),
+            StateBuf::BF16(v) => v[r].fill(bf16::NAN),
+            StateBuf::F16(v) => v[r].fill(f16::NAN),
         }
     }
 }

@@ -3,8 +3,8 @@
 //! chunked WY/UT form of the same recurrence — the algorithm the GPU prefill uses — in float64.
 //!
 //! Both share [`plan`]: which tokens each sequence owns and which state rows it reads and writes. Gates are
-//! computed in f64 from the bf16/f32 inputs (softplus with torch's threshold 20); the state and the output
-//! stay f64 (the output is not rounded to bf16 here: the comparison sees the exact value).
+//! computed in f64 from the 16-bit / f32 inputs (softplus with torch's threshold 20); the state and the output
+//! stay f64 (the output is not rounded to bf16 or fp16 here: the comparison sees the exact value).
 //!
 //! Semantics (the definitions' reference code, plus the serving modes of [`crate::serving`]):
 //! - decode / prefill: sequence n reads state row n (zeros when the state is absent) and writes
@@ -17,13 +17,14 @@
 //!   [`MtpMode::Definition`] the pool copy is left as is. The intermediate buffer starts as the caller's
 //!   buffer; row `idx[b]`, token t gets the state after t. Spec-decode slots read row `idx[b, acc-1]` and
 //!   write the state after token t to row `idx[b, t]` (skipped where that entry is padding).
-//! - gates from `g`/`alpha`/`beta` when given; q and k L2-normalised (then rounded to bf16) when asked; every
+//! - gates from `g`/`alpha`/`beta` when given; q and k L2-normalised (then rounded to their own dtype, bf16
+//!   or fp16) when asked; every
 //!   state tensor in the call's layout; prefill checkpoints every `n` tokens into the caller's buffer.
 
 use crate::definition::Op;
-use crate::problem::{Inputs, MtpMode, Problem, StateRef};
+use crate::problem::{ActRef, Inputs, MtpMode, Problem, StateRef};
 use crate::serving::{GateMode, StateLayout, QK_NORM_EPS};
-use half::bf16;
+use half::{bf16, f16};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -148,9 +149,9 @@ pub fn gates_f64(p: &Problem, x: &Inputs, t: usize, h: usize) -> (f64, f64) {
     let i = t * hv + h;
     match p.gates {
         GateMode::Raw => {
-            let arg = x.a[i].to_f64() + x.dt_bias[h] as f64;
+            let arg = x.a.get(i) as f64 + x.dt_bias[h] as f64;
             let log_g = -(x.a_log[h] as f64).exp() * softplus(arg);
-            let beta = 1.0 / (1.0 + (-x.b[i].to_f64()).exp());
+            let beta = 1.0 / (1.0 + (-(x.b.get(i) as f64)).exp());
             (log_g, beta)
         }
         GateMode::Log => (x.gate.expect("validated")[i] as f64, beta_f64(x, i)),
@@ -208,10 +209,10 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Row `head` of token `t` in a `[T, heads, D]` bf16 tensor, widened to f64.
-    fn row(&self, x: &[bf16], t: usize, heads: usize, head: usize) -> Vec<f64> {
+    /// Row `head` of token `t` in a `[T, heads, D]` 16-bit tensor, widened to f64.
+    fn row(&self, x: ActRef, t: usize, heads: usize, head: usize) -> Vec<f64> {
         let off = (t * heads + head) * self.d;
-        x[off..off + self.d].iter().map(|e| e.to_f64()).collect()
+        (off..off + self.d).map(|i| x.get(i) as f64).collect()
     }
     /// q of token `t` for value head `h` (its q/k head is `h / ratio`), L2-normalised when asked.
     fn q(&self, t: usize, h: usize) -> Vec<f64> {
@@ -220,15 +221,23 @@ impl Ctx<'_> {
     fn k(&self, t: usize, h: usize) -> Vec<f64> {
         self.qk(self.row(self.x.k, t, self.hq, h / self.ratio))
     }
-    /// The in-kernel norm: `x / sqrt(Σx² + eps)`, rounded to bf16 through f32 as the kernels do (they use the
-    /// rounded value).
+    /// The in-kernel norm: `x / sqrt(Σx² + eps)`, rounded to the input's dtype (bf16 or fp16) through f32 as
+    /// the kernels do (they use the rounded value).
     fn qk(&self, x: Vec<f64>) -> Vec<f64> {
         if !self.qk_norm {
             return x;
         }
         let r = 1.0 / (x.iter().map(|e| e * e).sum::<f64>() + QK_NORM_EPS as f64).sqrt();
+        let f16_in = matches!(self.x.q, ActRef::F16(_));
         x.iter()
-            .map(|&e| bf16::from_f32((e * r) as f32).to_f64())
+            .map(|&e| {
+                let y = (e * r) as f32;
+                if f16_in {
+                    f16::from_f32(y).to_f64()
+                } else {
+                    bf16::from_f32(y).to_f64()
+                }
+            })
             .collect()
     }
     fn gates(&self, t: usize, h: usize) -> (f64, f64) {
@@ -272,6 +281,7 @@ fn state_slice_f64(st: StateRef, range: Range<usize>) -> Vec<f64> {
     match st {
         StateRef::F32(v) => v[range].iter().map(|&e| e as f64).collect(),
         StateRef::BF16(v) => v[range].iter().map(|e| e.to_f64()).collect(),
+        StateRef::F16(v) => v[range].iter().map(|e| e.to_f64()).collect(),
     }
 }
 
@@ -373,13 +383,7 @@ fn empty_outputs(p: &Problem, x: &Inputs) -> RefOutputs {
         intermediate: x
             .intermediate
             .map(|b| b.iter().map(|&e| e as f64).collect()),
-        checkpoints: x.checkpoints.map(|c| {
-            let n = match c {
-                StateRef::F32(v) => v.len(),
-                StateRef::BF16(v) => v.len(),
-            };
-            state_slice_f64(c, 0..n)
-        }),
+        checkpoints: x.checkpoints.map(|c| state_slice_f64(c, 0..c.len())),
     }
 }
 

@@ -5,8 +5,8 @@
 //!
 //! | capability | tensors / options | semantics |
 //! |---|---|---|
-//! | precomputed gates | `g` f32 (log decay) or `alpha` f32 (linear decay = e^g), and `beta` f32 or bf16 | replace `a, b, A_log, dt_bias` (which must then be absent); same shape as `a` |
-//! | in-kernel q/k norm | `qk_l2norm` | `q ← bf16(q / sqrt(Σq² + 1e-6))` per token and head (sums in fp32), same for `k`, before use |
+//! | precomputed gates | `g` f32 (log decay) or `alpha` f32 (linear decay = e^g), and `beta` f32 or 16-bit in the activation dtype | replace `a, b, A_log, dt_bias` (which must then be absent); same shape as `a` |
+//! | in-kernel q/k norm | `qk_l2norm` | `q ← round(q / sqrt(Σq² + 1e-6))` per token and head (sums in fp32, rounded to q's dtype), same for `k`, before use |
 //! | state layout | `layout` | every state tensor (pool, new state, intermediate, checkpoints) is `[.., HV, V, K]` (k-last) or `[.., HV, K, V]` (K-first) |
 //! | state pool (decode, prefill) | `state_indices` i32 or i64 `[N]` | sequence n reads and writes pool row `idx[n]` of `state`, in place: the state output is the pool, rows not written keep their values |
 //! | padding | `pad` | `idx < 0` is padding; with [`PadRule::NullSlot`] `idx == 0` too (vLLM's `NULL_BLOCK_ID`). A padded sequence reads and writes no state and its output rows are zero |
@@ -14,6 +14,8 @@
 //! | spec-decode slots (MTP) | `initial_state_indices` i32 `[B, T]` + `num_accepted_tokens` i32 `[B]` | read row `idx[b, acc-1]`, write the state after token t to row `idx[b, t]` (skipped when that entry is padding) |
 //! | prefix-cache checkpoints (prefill) | `checkpoint_every` n (a multiple of 64) + `checkpoint_cu_starts` i32/i64 `[N+1]` + buffer `checkpoints` `[C, HV, 128, 128]` (state dtype or f32) | the state after `(j+1)·n` tokens of sequence s goes to row `starts[s] + j`, `j < len_s / n`; other rows keep their values |
 //! | offsets | `cu_seqlens` int32 or int64 | same values |
+//! | fp16 activations | q, k, v, a, b fp16 (all the same: `Problem::act_dtype`) | the output and a 16-bit `beta` are fp16 too; math in fp32 |
+//! | fp16 state | `state` (pool, MTP `initial_state`) fp16 | the state output and 16-bit checkpoints are fp16 (a bf16 and an fp16 state tensor never mix); math in fp32 |
 //!
 //! In pool mode a zero-length (non-padded) prefill sequence reads and writes nothing: its pool row keeps its
 //! value (in definition mode its `new_state` row is zeros, as the definitions say).
@@ -66,7 +68,7 @@ impl PadRule {
 /// gate mode); [`crate::Problem`] records what was selected.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Serving {
-    /// L2-normalise q and k inside the kernel (eps 1e-6, fp32 sums, rounded to bf16 before use).
+    /// L2-normalise q and k inside the kernel (eps 1e-6, fp32 sums, rounded to q's dtype before use).
     pub qk_l2norm: bool,
     pub layout: StateLayout,
     pub pad: PadRule,

@@ -3,7 +3,7 @@
 //! this module), then this module converts or adds what a [`ServingDraw`] asks for, from its own seeded stream.
 //!
 //! - precomputed gates: `g` (or `alpha = e^g`) and `beta = sigmoid(b)` computed in f32 from the drawn raw
-//!   gates, which are removed;
+//!   gates, which are removed; a 16-bit `beta` has the activations' dtype (that of `b`);
 //! - a state pool of `pool_rows` rows with `state_indices` a seeded subset of the usable rows (slot 0
 //!   excluded under the null-slot rule); the first `pad_front` and last `pad_back` sequences padded (-1, or
 //!   alternately 0 and -1 under the null-slot rule). Rows a sequence reads are `0.1·randn`; the others (guard
@@ -13,14 +13,14 @@
 //!   unused draft slots padded;
 //! - `cu_seqlens` as int32;
 //! - checkpoints: `checkpoint_cu_starts` with one spare row after every sequence, and a `randn` buffer (so rows
-//!   a run must not touch are detectable).
+//!   a run must not touch are detectable) in the state's dtype or f32.
 
 use crate::definition::Op;
 use crate::definition::{Definition, Heads};
 use crate::dtype::DType;
 use crate::serving::{names, GateMode, PadRule, Serving};
+use crate::tensor::to_dtype;
 use crate::tensor::{Data, Tensor, TensorMap};
-use half::bf16;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -32,7 +32,7 @@ pub struct ServingDraw {
     /// The run options (q/k norm, layout, padding rule, checkpoint interval) the workload is meant for.
     pub options: Serving,
     pub gates: GateMode,
-    /// Precomputed `beta` in f32 (else bf16).
+    /// Precomputed `beta` in f32 (else 16-bit, in the activation dtype).
     pub beta_f32: bool,
     /// Decode / prefill: a pool of this many rows indexed by `state_indices` (0: no pool). Must exceed the
     /// number of sequences (plus one under the null-slot rule).
@@ -46,6 +46,8 @@ pub struct ServingDraw {
     /// MTP: spec-decode slots (`[B, T]` indices into a pool of `max(pool_size, B·T + 2)` rows).
     pub spec_slots: bool,
     pub cu_i32: bool,
+    /// Prefill checkpoints: the buffer in f32 (else in the state's dtype).
+    pub checkpoints_f32: bool,
 }
 
 impl ServingDraw {
@@ -153,9 +155,14 @@ pub fn apply(spec: &Target, m: &mut TensorMap, seed: u64) {
             names::CHECKPOINT_STARTS.into(),
             Tensor::new(vec![n + 1], Data::I64(starts)),
         );
+        let dtype = if sd.checkpoints_f32 {
+            DType::F32
+        } else {
+            state_dtype
+        };
         m.insert(
             names::CHECKPOINTS.into(),
-            state_tensor(&mut rng, state_dtype, vec![rows, hv, d, d], 1.0),
+            state_tensor(&mut rng, dtype, vec![rows, hv, d, d], 1.0),
         );
     }
 }
@@ -168,13 +175,12 @@ fn precomputed_gates(m: &mut TensorMap, sd: &ServingDraw, hv: usize) {
     let dt_bias = m.remove("dt_bias").expect("drawn");
     let (a_log, dt_bias) = (a_log.as_f32().unwrap(), dt_bias.as_f32().unwrap());
     let g: Vec<f32> = a
-        .as_bf16()
-        .unwrap()
+        .to_f64()
         .iter()
         .enumerate()
-        .map(|(i, x)| {
+        .map(|(i, &x)| {
             let h = i % hv;
-            let arg = x.to_f32() + dt_bias[h];
+            let arg = x as f32 + dt_bias[h];
             let sp = if arg > 20.0 { arg } else { arg.exp().ln_1p() };
             let lg = -a_log[h].exp() * sp;
             if sd.gates == GateMode::Linear {
@@ -185,10 +191,9 @@ fn precomputed_gates(m: &mut TensorMap, sd: &ServingDraw, hv: usize) {
         })
         .collect();
     let beta: Vec<f32> = b
-        .as_bf16()
-        .unwrap()
+        .to_f64()
         .iter()
-        .map(|x| 1.0 / (1.0 + (-x.to_f32()).exp()))
+        .map(|&x| 1.0 / (1.0 + (-x as f32).exp()))
         .collect();
     let name = if sd.gates == GateMode::Linear {
         names::ALPHA
@@ -199,7 +204,7 @@ fn precomputed_gates(m: &mut TensorMap, sd: &ServingDraw, hv: usize) {
     let beta = if sd.beta_f32 {
         Data::F32(beta)
     } else {
-        Data::BF16(beta.into_iter().map(bf16::from_f32).collect())
+        to_dtype(b.dtype(), beta)
     };
     m.insert(names::BETA.into(), Tensor::new(b.shape, beta));
 }
@@ -295,11 +300,7 @@ fn pool_tensor(
     }
     let mut shape = vec![rows];
     shape.extend(inner);
-    let data = match dtype {
-        DType::BF16 => Data::BF16(v.into_iter().map(bf16::from_f32).collect()),
-        _ => Data::F32(v),
-    };
-    Tensor::new(shape, data)
+    Tensor::new(shape, to_dtype(dtype, v))
 }
 
 fn state_tensor(rng: &mut StdRng, dtype: DType, shape: Vec<usize>, sigma: f32) -> Tensor {
@@ -307,9 +308,5 @@ fn state_tensor(rng: &mut StdRng, dtype: DType, shape: Vec<usize>, sigma: f32) -
     let v: Vec<f32> = (0..n)
         .map(|_| sigma * rng.sample::<f32, _>(StandardNormal))
         .collect();
-    let data = match dtype {
-        DType::BF16 => Data::BF16(v.into_iter().map(bf16::from_f32).collect()),
-        _ => Data::F32(v),
-    };
-    Tensor::new(shape, data)
+    Tensor::new(shape, to_dtype(dtype, v))
 }

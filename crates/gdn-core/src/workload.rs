@@ -3,7 +3,8 @@
 //! mixes reproduce the statistics of the official decode and prefill workload sets (as participants published them).
 //!
 //! Draws: q, k `randn` (optionally L2-normalised per head), v `randn`, state `0.1·randn`, `A_log = log(U(1,16))`,
-//! `dt_bias`, `a`, `b` `randn`. With `extreme_gates`, `A_log` reaches 5 and `a` reaches +40 (decay → 0).
+//! `dt_bias`, `a`, `b` `randn`; drawn in f32 and rounded once to the spec's activation dtype (bf16 or fp16:
+//! q, k, v, a, b) and state dtype. With `extreme_gates`, `A_log` reaches 5 and `a` reaches +40 (decay → 0).
 //! MTP pool indices are a seeded subset of the pool rows (serving mode: `padding` of them set to -1); the
 //! intermediate buffer is filled with `randn` so rows a run must not touch are detectable.
 
@@ -12,8 +13,8 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::problem::{MtpMode, Problem, RunOptions};
 pub use crate::serving_draw::ServingDraw;
+pub use crate::tensor::to_dtype;
 use crate::tensor::{Data, Tensor, TensorMap};
-use half::bf16;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -30,8 +31,11 @@ pub struct WorkloadSpec {
     pub pool_size: usize,
     /// Draw a state input (else it is absent: zeros). MTP always has a pool.
     pub with_state: bool,
-    /// F32 (the definitions) or BF16 (gdn's bf16-state extension).
+    /// F32 (the definitions), or BF16 / F16 (gdn's 16-bit-state extensions: state, pool and the state
+    /// output in that dtype).
     pub state_dtype: DType,
+    /// BF16 (the definitions) or F16 (gdn's fp16 extension): q, k, v, a, b (and so the output) in that dtype.
+    pub act_dtype: DType,
     /// L2-normalise q and k per head (what callers do in models; flashinfer-bench's randn does not).
     pub normalize_qk: bool,
     /// MTP: pass an intermediate-states buffer.
@@ -57,6 +61,7 @@ impl WorkloadSpec {
             seq_lens,
             with_state: true,
             state_dtype: DType::F32,
+            act_dtype: DType::BF16,
             normalize_qk: op != Op::Decode,
             intermediate: op == Op::Mtp,
             mtp_mode: MtpMode::Definition,
@@ -143,22 +148,20 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> TensorMap {
     let mut put = |name: &str, shape: Vec<usize>, data: Data| {
         m.insert(name.to_string(), Tensor::new(shape, data));
     };
+    let act = |x: Vec<f32>| to_dtype(spec.act_dtype, x);
     let q = qk(&mut rng, n_tok * hq, d, spec.normalize_qk);
-    put("q", spec.token_shape(hq, Some(d)), Data::BF16(q));
+    put("q", spec.token_shape(hq, Some(d)), act(q));
     let k = qk(&mut rng, n_tok * hq, d, spec.normalize_qk);
-    put("k", spec.token_shape(hq, Some(d)), Data::BF16(k));
-    let v = to_bf16(randn(&mut rng, n_tok * hv * d, 1.0));
-    put("v", spec.token_shape(hv, Some(d)), Data::BF16(v));
+    put("k", spec.token_shape(hq, Some(d)), act(k));
+    let v = randn(&mut rng, n_tok * hv * d, 1.0);
+    put("v", spec.token_shape(hv, Some(d)), act(v));
     let state_rows = match spec.op {
         Op::Mtp => spec.pool_size.max(spec.batch()),
         _ => spec.batch(),
     };
     if spec.with_state || spec.op == Op::Mtp {
         let st = randn(&mut rng, state_rows * hv * d * d, 0.1);
-        let data = match spec.state_dtype {
-            DType::BF16 => Data::BF16(to_bf16(st)),
-            _ => Data::F32(st),
-        };
+        let data = to_dtype(spec.state_dtype, st);
         put(
             spec.definition().state_input(),
             vec![state_rows, hv, d, d],
@@ -180,9 +183,9 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> TensorMap {
             }
         }
     }
-    put("a", spec.token_shape(hv, None), Data::BF16(to_bf16(a)));
-    let b = to_bf16(randn(&mut rng, n_tok * hv, 1.0));
-    put("b", spec.token_shape(hv, None), Data::BF16(b));
+    put("a", spec.token_shape(hv, None), act(a));
+    let b = randn(&mut rng, n_tok * hv, 1.0);
+    put("b", spec.token_shape(hv, None), act(b));
     if spec.op == Op::Prefill {
         let mut cu = vec![0i64];
         for &l in &spec.seq_lens {
@@ -222,12 +225,8 @@ fn randn(rng: &mut StdRng, n: usize, sigma: f32) -> Vec<f32> {
         .collect()
 }
 
-fn to_bf16(v: Vec<f32>) -> Vec<bf16> {
-    v.into_iter().map(bf16::from_f32).collect()
-}
-
-/// `rows` vectors of length `d`, randn, optionally L2-normalised (in f32, then rounded to bf16).
-fn qk(rng: &mut StdRng, rows: usize, d: usize, normalize: bool) -> Vec<bf16> {
+/// `rows` vectors of length `d`, randn, optionally L2-normalised (in f32; the caller rounds them).
+fn qk(rng: &mut StdRng, rows: usize, d: usize, normalize: bool) -> Vec<f32> {
     let mut x = randn(rng, rows * d, 1.0);
     if normalize {
         for row in x.chunks_exact_mut(d) {
@@ -235,7 +234,7 @@ fn qk(rng: &mut StdRng, rows: usize, d: usize, normalize: bool) -> Vec<bf16> {
             row.iter_mut().for_each(|e| *e /= norm);
         }
     }
-    to_bf16(x)
+    x
 }
 
 /// A seeded subset of the pool rows, one per request; in serving mode `padding` entries become -1.

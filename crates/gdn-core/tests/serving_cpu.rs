@@ -497,6 +497,7 @@ fn corrupted_results_are_caught() {
     let bump = |buf: &mut StateBuf, i: usize| match buf {
         StateBuf::F32(v) => v[i] += 0.5,
         StateBuf::BF16(v) => v[i] = half::bf16::from_f32(v[i].to_f32() + 0.5),
+        StateBuf::F16(v) => v[i] = half::f16::from_f32(v[i].to_f32() + 0.5),
     };
     // A guard row of the pool (no sequence writes it) changed.
     let mut bad = good.clone();
@@ -521,7 +522,7 @@ fn corrupted_results_are_caught() {
     // A padded sequence's output not zero.
     let mut bad = good;
     let last = bad.output.len() - 1;
-    bad.output[last] = half::bf16::ONE;
+    bad.output.set(last, 1.0);
     assert!(!report(&p, &x, &bad).passed());
 }
 

@@ -14,7 +14,7 @@
 
 use crate::abi::args::{shape_of, Args, DevicePtrs};
 use crate::exec::backend_err as be;
-use crate::exec::io::{enqueue, DeviceInputs, DeviceOutputs, Workspace};
+use crate::exec::io::{enqueue, read_state, DeviceInputs, DeviceOutputs, Workspace};
 use crate::exec::kernel_set::KernelSet;
 use crate::exec::launch::LaunchInfo;
 use crate::plan::prefill::overrides::ForcedPlan;
@@ -146,18 +146,15 @@ impl CudaBackend {
             (Op::Mtp, MtpMode::Definition) => None,
             _ => dout.new_state.as_ref(),
         };
-        match (state_src, &mut out.state) {
-            (Some(src), StateBuf::F32(dst)) => src.read(dst, s).map_err(be)?,
-            (Some(src), StateBuf::BF16(dst)) => src.read(dst, s).map_err(be)?,
-            (None, dst) => copy_pool(x, dst)?,
+        match state_src {
+            Some(src) => read_state(src, &mut out.state, s).map_err(be)?,
+            None => copy_pool(x, &mut out.state)?,
         }
         if let (Some(src), Some(dst)) = (&dout.intermediate, out.intermediate.as_mut()) {
             src.read(dst, s).map_err(be)?;
         }
-        match (&dout.checkpoints, out.checkpoints.as_mut()) {
-            (Some(src), Some(StateBuf::F32(dst))) => src.read(dst, s).map_err(be)?,
-            (Some(src), Some(StateBuf::BF16(dst))) => src.read(dst, s).map_err(be)?,
-            _ => {}
+        if let (Some(src), Some(dst)) = (&dout.checkpoints, out.checkpoints.as_mut()) {
+            read_state(src, dst, s).map_err(be)?;
         }
         self.gpu.sync().map_err(be)?;
         Ok(info)
@@ -193,6 +190,7 @@ fn copy_pool(x: &Inputs, dst: &mut StateBuf) -> Result<()> {
     match (x.state, dst) {
         (Some(StateRef::F32(s)), StateBuf::F32(d)) => d.copy_from_slice(s),
         (Some(StateRef::BF16(s)), StateBuf::BF16(d)) => d.copy_from_slice(s),
+        (Some(StateRef::F16(s)), StateBuf::F16(d)) => d.copy_from_slice(s),
         _ => {
             return Err(be(
                 "MTP final_state: pool missing or of another dtype".into()

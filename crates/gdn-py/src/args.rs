@@ -495,13 +495,16 @@ pub fn set_length_hint(c: &mut Checked, hint: Option<usize>) -> Result<(), ArgEr
     Ok(())
 }
 
-/// The dtypes accepted for an input: the definition's, plus bf16 for the state (bf16-state extension) and
-/// int32 for `cu_seqlens`.
+/// The dtypes accepted for an input: the definition's, plus fp16 for the bf16 activation tensors (q, k, v, a,
+/// b), bf16 and fp16 for the state (16-bit-state extensions) and int32 for `cu_seqlens`. That q, k, v, a, b
+/// share one dtype, and the other consistency rules, are gdn-core's (errors name the tensor).
 fn allowed(def: &Definition, s: &TensorSpec) -> Vec<DType> {
     if s.name == def.state_input() {
-        vec![DType::F32, DType::BF16]
+        vec![DType::F32, DType::BF16, DType::F16]
     } else if s.name == "cu_seqlens" {
         vec![DType::I64, DType::I32]
+    } else if s.dtype == DType::BF16 {
+        vec![DType::BF16, DType::F16]
     } else {
         vec![s.dtype]
     }
@@ -559,6 +562,7 @@ fn stand_in(name: &str, d: &Desc, c: &StandIn) -> Tensor {
             int_data(dtype, (0..n).map(|i| if i == 0 { 0 } else { m }))
         }
         (_, DType::BF16) => Data::BF16(Vec::new()),
+        (_, DType::F16) => Data::F16(Vec::new()),
         (_, DType::F32) => Data::F32(Vec::new()),
         (_, DType::I32) => Data::I32(Vec::new()),
         (_, DType::I64) => Data::I64(Vec::new()),

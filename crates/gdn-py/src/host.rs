@@ -18,10 +18,10 @@ use crate::serving::row_stride;
 use gdn_core::cpu::CpuBackend;
 use gdn_core::serving::names;
 use gdn_core::{
-    Backend, BetaRef, DType, Data, Inputs, Op, Outputs, Problem, StateBuf, StateRef, Tensor,
-    TensorMap,
+    ActBuf, ActRef, Backend, BetaRef, DType, Data, Inputs, Op, Outputs, Problem, StateBuf,
+    StateRef, Tensor, TensorMap,
 };
-use half::bf16;
+use half::{bf16, f16};
 use std::borrow::Cow;
 
 /// A host slice over a validated, contiguous descriptor (dtype, contiguity and alignment were checked).
@@ -68,13 +68,13 @@ fn act_rows(op: Op, name: &str, d: &Desc) -> Result<impl Iterator<Item = usize>,
 /// q, k or v in dense order: borrowed when dense, gathered when a view.
 ///
 /// # Safety
-/// As [`view`], for a validated activation descriptor (dense, or a view whose rows lie in its array).
-unsafe fn act<'a>(op: Op, name: &str, d: &Desc) -> Result<Cow<'a, [bf16]>, ArgError> {
+/// As [`view`], for a validated activation descriptor of `T` (dense, or a view whose rows lie in its array).
+unsafe fn act<'a, T: Copy>(op: Op, name: &str, d: &Desc) -> Result<Cow<'a, [T]>, ArgError> {
     if is_dense(d) {
         return Ok(Cow::Borrowed(view(d)));
     }
     let dim = *d.shape().last().expect("rank checked");
-    let base = d.ptr() as *const bf16;
+    let base = d.ptr() as *const T;
     let mut dense = Vec::with_capacity(d.numel());
     for at in act_rows(op, name, d)? {
         dense.extend_from_slice(std::slice::from_raw_parts(base.add(at), dim));
@@ -87,13 +87,13 @@ unsafe fn act<'a>(op: Op, name: &str, d: &Desc) -> Result<Cow<'a, [bf16]>, ArgEr
 /// # Safety
 /// `dst` must describe a live, writable host array (dense, or a validated view whose rows lie in it and do
 /// not overlap) of `src.len()` elements.
-unsafe fn store_act(op: Op, dst: &Desc, src: &[bf16]) -> Result<(), ArgError> {
+unsafe fn store_act<T: Copy>(op: Op, dst: &Desc, src: &[T]) -> Result<(), ArgError> {
     if is_dense(dst) {
         store(dst, src);
         return Ok(());
     }
     let dim = *dst.shape().last().expect("rank checked");
-    let base = dst.ptr() as *mut bf16;
+    let base = dst.ptr() as *mut T;
     for (at, row) in act_rows(op, "output", dst)?.zip(src.chunks_exact(dim)) {
         std::ptr::copy_nonoverlapping(row.as_ptr(), base.add(at), dim);
     }
@@ -137,6 +137,7 @@ unsafe fn store<T: Copy>(dst: &Desc, src: &[T]) {
 enum Rows<'a> {
     F32(Cow<'a, [f32]>),
     BF16(Cow<'a, [bf16]>),
+    F16(Cow<'a, [f16]>),
 }
 
 impl Rows<'_> {
@@ -145,6 +146,7 @@ impl Rows<'_> {
     unsafe fn of(d: &Desc) -> Rows<'_> {
         match d.dtype() {
             Some(DType::BF16) => Rows::BF16(rows(d)),
+            Some(DType::F16) => Rows::F16(rows(d)),
             _ => Rows::F32(rows(d)),
         }
     }
@@ -153,7 +155,49 @@ impl Rows<'_> {
         match self {
             Rows::F32(v) => StateRef::F32(v),
             Rows::BF16(v) => StateRef::BF16(v),
+            Rows::F16(v) => StateRef::F16(v),
         }
+    }
+}
+
+/// A 16-bit activation tensor (q, k, v, a, b) in dense order, borrowed or gathered.
+enum Act<'a> {
+    BF16(Cow<'a, [bf16]>),
+    F16(Cow<'a, [f16]>),
+}
+
+impl Act<'_> {
+    /// # Safety
+    /// As [`act`], for a validated bf16 or fp16 descriptor.
+    unsafe fn of<'a>(op: Op, name: &str, d: &Desc) -> Result<Act<'a>, ArgError> {
+        Ok(match d.dtype() {
+            Some(DType::F16) => Act::F16(act(op, name, d)?),
+            _ => Act::BF16(act(op, name, d)?),
+        })
+    }
+
+    fn as_ref(&self) -> ActRef<'_> {
+        match self {
+            Act::BF16(v) => ActRef::BF16(v),
+            Act::F16(v) => ActRef::F16(v),
+        }
+    }
+}
+
+/// The typed view of an optional activation (empty when absent).
+fn act_ref<'a>(x: &'a Option<Act<'_>>) -> ActRef<'a> {
+    x.as_ref().map(Act::as_ref).unwrap_or_default()
+}
+
+/// Copies a state-like buffer into the host array described by `dst`.
+///
+/// # Safety
+/// As [`store`].
+unsafe fn store_state(dst: &Desc, src: &StateBuf) {
+    match src {
+        StateBuf::F32(s) => store(dst, s),
+        StateBuf::BF16(s) => store(dst, s),
+        StateBuf::F16(s) => store(dst, s),
     }
 }
 
@@ -168,6 +212,7 @@ fn with_values(c: &Checked) -> Result<Problem, ArgError> {
                 Some(DType::I32) => Data::I32(view::<i32>(d).to_vec()),
                 Some(DType::I64) => Data::I64(view::<i64>(d).to_vec()),
                 Some(DType::BF16) => Data::BF16(Vec::new()),
+                Some(DType::F16) => Data::F16(Vec::new()),
                 _ => Data::F32(Vec::new()),
             }
         };
@@ -187,10 +232,11 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
     // and the Python caller keeps the arrays alive for the whole call; the views are dropped before any
     // destination is written.
     let out = unsafe {
-        let bfv = |n: &str| c.get(n).map_or(&[][..], |d| view::<bf16>(d));
         let fv = |n: &str| c.get(n).map_or(&[][..], |d| view::<f32>(d));
-        let act_of = |n: &str| c.get(n).map(|d| act(op, n, d)).transpose();
+        // q, k, v gathered when views; a, b dense (validated)
+        let act_of = |n: &str| c.get(n).map(|d| Act::of(op, n, d)).transpose();
         let (q, k, v) = (act_of("q")?, act_of("k")?, act_of("v")?);
+        let (a, b) = (act_of("a")?, act_of("b")?);
         let state = c.get(p.def.state_input()).map(|d| Rows::of(d));
         let checkpoints = c.get(names::CHECKPOINTS).map(|d| Rows::of(d));
         let pool_indices = if p.pool {
@@ -201,11 +247,11 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
             None
         };
         let x = Inputs {
-            q: q.as_deref().unwrap_or(&[]),
-            k: k.as_deref().unwrap_or(&[]),
-            v: v.as_deref().unwrap_or(&[]),
-            a: bfv("a"),
-            b: bfv("b"),
+            q: act_ref(&q),
+            k: act_ref(&k),
+            v: act_ref(&v),
+            a: act_ref(&a),
+            b: act_ref(&b),
             a_log: fv("A_log"),
             dt_bias: fv("dt_bias"),
             state: state.as_ref().map(Rows::as_ref),
@@ -225,6 +271,7 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
                 .map(|d| view::<f32>(d)),
             beta: c.get(names::BETA).map(|d| match d.dtype() {
                 Some(DType::BF16) => BetaRef::BF16(view(d)),
+                Some(DType::F16) => BetaRef::F16(view(d)),
                 _ => BetaRef::F32(view(d)),
             }),
             pool_indices,
@@ -239,16 +286,10 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
         // as the caller's, so that rows the call does not write keep their values.
         let n_state: usize = p.state_shape().iter().product();
         let mut out = Outputs {
-            output: vec![bf16::ZERO; p.output_shape().iter().product()],
-            state: match p.state_out_dtype() {
-                DType::BF16 => StateBuf::BF16(vec![bf16::ZERO; n_state]),
-                _ => StateBuf::F32(vec![0.0; n_state]),
-            },
+            output: ActBuf::filled(p.act_dtype, p.output_shape().iter().product(), 0.0),
+            state: StateBuf::filled(p.state_out_dtype(), n_state, 0.0),
             intermediate: x.intermediate.map(<[f32]>::to_vec),
-            checkpoints: x.checkpoints.map(|c| match c {
-                StateRef::F32(v) => StateBuf::F32(v.to_vec()),
-                StateRef::BF16(v) => StateBuf::BF16(v.to_vec()),
-            }),
+            checkpoints: x.checkpoints.map(StateBuf::copy_of),
         };
         CpuBackend
             .run(&p, &x, &mut out)
@@ -257,21 +298,18 @@ pub fn run(c: &Checked, output: &Desc, state_out: Option<&Desc>) -> Result<(), A
     };
     // SAFETY: destinations were validated (host, dtype and exact shape; contiguous, or the pool itself).
     unsafe {
-        store_act(op, output, &out.output)?;
+        match &out.output {
+            ActBuf::BF16(o) => store_act(op, output, o)?,
+            ActBuf::F16(o) => store_act(op, output, o)?,
+        }
         if let Some(d) = state_out {
-            match &out.state {
-                StateBuf::F32(s) => store(d, s),
-                StateBuf::BF16(s) => store(d, s),
-            }
+            store_state(d, &out.state);
         }
         if let (Some(buf), Some(d)) = (&out.intermediate, c.get("intermediate_states_buffer")) {
             store(d, buf);
         }
         if let (Some(buf), Some(d)) = (&out.checkpoints, c.get(names::CHECKPOINTS)) {
-            match buf {
-                StateBuf::F32(s) => store(d, s),
-                StateBuf::BF16(s) => store(d, s),
-            }
+            store_state(d, buf);
         }
     }
     Ok(())

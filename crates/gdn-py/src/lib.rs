@@ -68,7 +68,7 @@ impl Plan {
     fn state_shape(&self) -> Vec<usize> {
         self.c.problem.state_shape()
     }
-    /// dtype name of the state output (`float32`, or `bfloat16` for a bf16 state).
+    /// dtype name of the state output (`float32`, or the state's: `bfloat16` / `float16`).
     #[getter]
     fn state_dtype(&self) -> &'static str {
         self.c.problem.state_out_dtype().name()
@@ -167,13 +167,8 @@ fn destinations(
     let p = &c.problem;
     let op = p.def.op;
     let output = objects::describe(py, output, || Ok("output".into()), op.name(), true)?;
-    check_dest(
-        c,
-        "output",
-        &output,
-        gdn_core::DType::BF16,
-        &p.output_shape(),
-    )?;
+    // the output has the dtype of q, k and v (bf16 or fp16)
+    check_dest(c, "output", &output, p.act_dtype, &p.output_shape())?;
     let in_place = p.pool || (op == Op::Mtp && p.mtp_mode == gdn_core::MtpMode::Serving);
     let state_name = if p.pool {
         "new_state"

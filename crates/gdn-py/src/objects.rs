@@ -61,6 +61,7 @@ fn torch(py: Python<'_>) -> PyResult<Option<&'static Torch>> {
     let mut dtypes = Vec::new();
     for (attr, name) in [
         ("bfloat16", "bfloat16"),
+        ("float16", "float16"),
         ("float32", "float32"),
         ("int32", "int32"),
         ("int64", "int64"),

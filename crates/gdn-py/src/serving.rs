@@ -37,7 +37,7 @@ pub const SCALAR_READ: [&str; 4] = [
 pub fn allowed(name: &str) -> &'static [DType] {
     match name {
         names::G | names::ALPHA => &[DType::F32],
-        names::BETA | names::CHECKPOINTS => &[DType::F32, DType::BF16],
+        names::BETA | names::CHECKPOINTS => &[DType::F32, DType::BF16, DType::F16],
         names::STATE_INDICES | names::CHECKPOINT_STARTS => &[DType::I32, DType::I64],
         _ => &[DType::I32], // has_initial_state, num_accepted_tokens
     }

@@ -13,7 +13,7 @@ import pytest
 import gdn
 from gdn import _gdn
 from test_cpu import (BF16, D, OUT_L2, STATE_L2, check_close, decode_inputs, fake_descs, gates, mtp_inputs, normed,
-                      prefill_inputs, rnd)
+                      prefill_inputs, ref_decode, ref_mtp, ref_prefill, rnd)
 
 F64 = np.float64
 SCALE = 1.0 / np.sqrt(D)
@@ -26,12 +26,13 @@ def raw_gates(A_log, a, dt_bias, b):
     return -np.exp(A_log.astype(F64)) * np.logaddexp(0.0, x), 1.0 / (1.0 + np.exp(-b.astype(F64)))
 
 
-def l2norm_bf16(x):
-    """The in-kernel q/k norm: x / sqrt(sum(x^2) + 1e-6) per (token, head), rounded to bf16 (through fp32, as
-    the kernels round). Engines may differ by one bf16 ulp in a few elements (their sums and square roots
-    round differently): comparisons after the norm use a tolerance that allows it (NORM_STATE_L2)."""
+def l2norm_bf16(x, dtype=BF16):
+    """The in-kernel q/k norm: x / sqrt(sum(x^2) + 1e-6) per (token, head), rounded to the input's dtype (bf16,
+    or fp16 with `dtype`; through fp32, as the kernels round). Engines may differ by one ulp in a few elements
+    (their sums and square roots round differently): comparisons after the norm use a tolerance that allows it
+    (NORM_STATE_L2)."""
     x = x.astype(F64)
-    return (x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)).astype(np.float32).astype(BF16).astype(F64)
+    return (x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)).astype(np.float32).astype(dtype).astype(F64)
 
 
 NORM_STATE_L2 = 1e-3  # one bf16 ulp in one normalised k element moves a state by ~3e-4 (rel-L2)
@@ -343,6 +344,156 @@ def test_int32_cu_seqlens():
     x[8] = np.array([0, 7, 6, 72, 72], np.int32)
     with pytest.raises(ValueError, match="'cu_seqlens'"):
         gdn.prefill(*x)
+
+
+# ------------------------------------------------------------------ fp16 activations and states
+F16 = np.float16
+OUT_L2_F16 = 1e-3  # fp16 output rounding (2^-11 relative) plus fp32 math
+STATE_L2_F16 = 1e-3  # an fp16 state's rounding
+
+
+def to_f16(x, r, act=True, state=False):
+    """Decode / prefill / MTP inputs (the tuples of test_cpu) redrawn in fp16 with the full fp16 mantissa: q, k
+    (normalised where they were), v, a, b when `act`; the state (or pool) when `state`. Shapes unchanged."""
+    x = list(x)
+    for i, e in enumerate(x):
+        if e is None or not isinstance(e, np.ndarray):
+            continue
+        is_state = e.ndim >= 4 and e.shape[-1] == D and e.shape[-2] == D
+        if is_state and state:
+            x[i] = (0.1 * r.standard_normal(e.shape)).astype(F16)
+        elif e.dtype == BF16 and act:
+            y = r.standard_normal(e.shape)
+            if i < 2 and np.abs(np.linalg.norm(e.astype(F64), axis=-1) - 1).max() < 1e-2:
+                y = y / np.linalg.norm(y, axis=-1, keepdims=True)  # q, k were normalised
+            x[i] = y.astype(F16)
+    return x
+
+
+@pytest.mark.parametrize("act,state", [(True, False), (False, True), (True, True)])
+def test_fp16_decode_prefill_mtp(act, state):
+    r = rnd(70)
+    x = to_f16(decode_inputs(3, 4, 8, seed=71), r, act, state)
+    o, ns = gdn.decode(*x)
+    assert o.dtype == (F16 if act else BF16) and ns.dtype == (F16 if state else np.float32)
+    ro, rs = ref_decode(*x, None)
+    check_close(o, ro, "decode output", OUT_L2_F16 if act else OUT_L2)
+    check_close(ns, rs, "decode new_state", STATE_L2_F16 if state else STATE_L2[np.float32])
+
+    y = to_f16(prefill_inputs([5, 0, 70, 1], 2, 8, seed=72), r, act, state)
+    o, ns = gdn.prefill(*y)
+    assert o.dtype == (F16 if act else BF16) and ns.dtype == (F16 if state else np.float32)
+    ro, rs = ref_prefill(*y, None)
+    check_close(o, ro, "prefill output", OUT_L2_F16 if act else OUT_L2)
+    check_close(ns, rs, "prefill new_state", STATE_L2_F16 if state else STATE_L2[np.float32])
+
+    z = to_f16(mtp_inputs(3, 4, 6, 4, 8, seed=73), r, act, state)
+    inter = np.zeros((6, 4, 8, D, D), np.float32)
+    before = z[3].copy()
+    o, fin = gdn.mtp(*z, intermediate_states_buffer=inter, update_pool=True)
+    assert fin is z[3] and o.dtype == (F16 if act else BF16)
+    ro, rf, ri = ref_mtp(*z[:3], before, *z[4:], None, inter=np.zeros_like(inter), serving=True)
+    check_close(o, ro, "mtp output", OUT_L2_F16 if act else OUT_L2)
+    check_close(fin, rf, "mtp pool", STATE_L2_F16 if state else STATE_L2[np.float32])
+    check_close(inter, ri, "mtp intermediate states (float32)", 1e-5)
+
+
+def test_fp16_pool_k_first_and_precomputed_gates():
+    """fp16 activations and an fp16 pool together: padding, k-first, log g with an fp16 beta."""
+    r = rnd(74)
+    B, slots = 4, 7
+    q, k, v, _, A_log, a, dt_bias, b = to_f16(decode_inputs(B, 4, 8, seed=75), r)
+    pool = pool_of(r, slots, 8, F16)
+    logg, _, beta = precomputed(A_log, a, dt_bias, b, F16)
+    assert beta.dtype == F16
+    idx = np.array([5, -1, 2, 6], np.int32)
+    before = pool.copy()
+    pool_kf = kfirst(pool)
+    o, ns = gdn.decode(q, k, v, pool_kf, g=logg, beta=beta, state_indices=idx, state_layout="k-first")
+    assert ns is pool_kf and o.dtype == F16 and ns.dtype == F16
+    for n, row in enumerate(idx.tolist()):
+        if row < 0:
+            assert not o[n].astype(np.float32).any(), "padding request: zero output rows"
+            continue
+        ro, rs, _ = ref_tokens(q[n], k[n], v[n], before[row].astype(F64), logg[n].astype(F64), beta[n].astype(F64))
+        check_close(o[n], ro, f"output {n}", OUT_L2_F16)
+        check_close(kfirst(pool_kf[row]), rs, f"pool row {row}", STATE_L2_F16)
+    untouched = [r_ for r_ in range(slots) if r_ not in (5, 2, 6)]
+    assert np.array_equal(kfirst(pool_kf)[untouched], before[untouched]), "rows no request writes keep their values"
+
+
+def test_fp16_qk_norm_rounds_to_fp16():
+    r = rnd(76)
+    T = 67
+    q, k = r.standard_normal((T, 4, D)).astype(F16), r.standard_normal((T, 4, D)).astype(F16)
+    v = r.standard_normal((T, 8, D)).astype(F16)
+    A_log, a, dt_bias, b = gates(r, 8, (T,))
+    a, b = a.astype(F16), b.astype(F16)
+    cu = np.array([0, 3, 67], np.int64)
+    o, ns = gdn.prefill(q, k, v, None, A_log, a, dt_bias, b, cu, use_qk_l2norm_in_kernel=True)
+    o2, ns2 = gdn.prefill(l2norm_bf16(q, F16).astype(F16), l2norm_bf16(k, F16).astype(F16), v, None, A_log, a,
+                          dt_bias, b, cu)
+    check_close(o, o2.astype(F64), "prefill output, qk norm vs normalised first (fp16)", OUT_L2_F16)
+    check_close(ns, ns2.astype(F64), "prefill state, qk norm vs normalised first (fp16)", NORM_STATE_L2)
+
+
+@pytest.mark.parametrize("ckpt_dtype", [F16, np.float32])
+def test_fp16_prefill_pool_checkpoints(ckpt_dtype):
+    r = rnd(77)
+    lens, every, slots = [130, 64, 10, 0, 200], 64, 8
+    q, k, v, _, A_log, a, dt_bias, b, cu = to_f16(prefill_inputs(lens, 4, 8, seed=78), r)
+    pool = pool_of(r, slots, 8, F16)
+    idx = np.array([6, 1, 3, 2, 5], np.int64)
+    per = [n // every for n in lens]
+    starts = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
+    ck = np.full((sum(per) + 1, 8, D, D), 7.0, ckpt_dtype)
+    before = pool.copy()
+    o, ns = gdn.prefill(q, k, v, pool, A_log, a, dt_bias, b, cu, state_indices=idx, checkpoint_every=every,
+                        checkpoint_cu_starts=starts, checkpoints=ck)
+    assert ns is pool and o.dtype == F16
+    logg, beta = raw_gates(A_log, a, dt_bias, b)
+    c = np.concatenate([[0], np.cumsum(lens)])
+    ck_tol = STATE_L2_F16 if ckpt_dtype == F16 else 1e-5
+    for n, row in enumerate(idx.tolist()):
+        s0, s1 = c[n], c[n + 1]
+        if s1 == s0:
+            assert np.array_equal(pool[row], before[row]), "a zero-length pooled sequence leaves its row"
+            continue
+        ro, rs, states = ref_tokens(q[s0:s1], k[s0:s1], v[s0:s1], before[row].astype(F64), logg[s0:s1], beta[s0:s1])
+        check_close(o[s0:s1], ro, f"output of sequence {n}", OUT_L2_F16)
+        check_close(pool[row], rs, f"pool row {row}", STATE_L2_F16)
+        for j in range(per[n]):
+            check_close(ck[starts[n] + j], states[(j + 1) * every - 1], f"checkpoint {j} of sequence {n}", ck_tol)
+    assert (ck[-1].astype(np.float32) == 7.0).all(), "a row no sequence owns keeps its values"
+    assert np.array_equal(pool[[0, 4, 7]], before[[0, 4, 7]])
+
+
+def test_fp16_mixed_dtypes_name_the_tensor():
+    r = rnd(79)
+    x = to_f16(decode_inputs(2, 4, 8, seed=80), r, act=True, state=True)
+    names = ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b"]
+    for i in [1, 2, 5, 7]:  # k, v, a, b in bf16 next to an fp16 q
+        y = list(x)
+        y[i] = y[i].astype(np.float32).astype(BF16)
+        with pytest.raises(TypeError, match=f"argument '{names[i]}'.*float16"):
+            gdn.decode(*y)
+    y = list(x)
+    y[0] = y[0].astype(np.float32).astype(BF16)  # a bf16 q names the first fp16 tensor after it
+    with pytest.raises(TypeError, match="argument 'k'"):
+        gdn.decode(*y)
+    g, _, beta = precomputed(*x[4:8], BF16)
+    with pytest.raises(TypeError, match="argument 'beta'.*float32 or float16"):
+        gdn.decode(*x[:4], g=g, beta=beta)
+    with pytest.raises(TypeError, match="'output'"):
+        gdn.decode(*x, output=np.empty((2, 1, 8, D), BF16))
+    with pytest.raises(TypeError, match="'new_state'"):
+        gdn.decode(*x, new_state=np.empty((2, 8, D, D), BF16))
+    q, k, v, state, A_log, a, dt_bias, b, cu = to_f16(prefill_inputs([64], 4, 8, seed=81), r, state=True)
+    with pytest.raises(TypeError, match="'checkpoints'.*float16"):  # bf16 checkpoints with an fp16 state
+        gdn.prefill(q, k, v, state, A_log, a, dt_bias, b, cu, checkpoint_every=64,
+                    checkpoint_cu_starts=np.array([0, 1], np.int64), checkpoints=np.zeros((1, 8, D, D), BF16))
+    with pytest.raises(TypeError, match="'state'"):
+        gdn.prefill(q, k, v, state.astype(np.float64), A_log, a, dt_bias, b, cu)
 
 
 # ------------------------------------------------------------------ errors: named, and nothing written

@@ -1,12 +1,12 @@
 //! The shared pieces of a CPU run: the read-only context every task sees, the output buffers tasks write
 //! disjoint parts of, the unit of parallel work and the per-thread scratch.
 
-use super::kernel::RowOps;
-use crate::outputs::StateBuf;
-use crate::problem::Inputs;
+use super::kernel::{narrow, narrow_f16, widen_f16, RowOps};
+use crate::outputs::{ActBuf, StateBuf};
+use crate::problem::{ActRef, Inputs};
 use crate::reference::SeqPlan;
 use crate::serving::StateLayout;
-use half::bf16;
+use half::{bf16, f16};
 use std::marker::PhantomData;
 
 /// One unit of parallel work: V rows `v0..v1` of value head `head` of sequence `seq`.
@@ -57,6 +57,7 @@ impl<'a, T> Shared<'a, T> {
 pub(super) enum SharedState<'a> {
     F32(Shared<'a, f32>),
     BF16(Shared<'a, bf16>),
+    F16(Shared<'a, f16>),
 }
 
 impl<'a> SharedState<'a> {
@@ -64,7 +65,44 @@ impl<'a> SharedState<'a> {
         match buf {
             StateBuf::F32(v) => SharedState::F32(Shared::new(v)),
             StateBuf::BF16(v) => SharedState::BF16(Shared::new(v)),
+            StateBuf::F16(v) => SharedState::F16(Shared::new(v)),
         }
+    }
+}
+
+/// The output buffer in the activation dtype.
+pub(super) enum SharedAct<'a> {
+    BF16(Shared<'a, bf16>),
+    F16(Shared<'a, f16>),
+}
+
+impl<'a> SharedAct<'a> {
+    pub(super) fn new(buf: &'a mut ActBuf) -> Self {
+        match buf {
+            ActBuf::BF16(v) => SharedAct::BF16(Shared::new(v)),
+            ActBuf::F16(v) => SharedAct::F16(Shared::new(v)),
+        }
+    }
+
+    /// Rounds `vals` into elements `at..at + vals.len()`.
+    ///
+    /// # Safety
+    /// As [`Shared::slice`]: the task owns those elements.
+    pub(super) unsafe fn store(&self, at: usize, vals: &[f32]) {
+        match self {
+            SharedAct::BF16(b) => narrow(vals, b.slice(at, vals.len())),
+            SharedAct::F16(b) => narrow_f16(vals, b.slice(at, vals.len())),
+        }
+    }
+}
+
+/// Widens elements `at..at + dst.len()` of a 16-bit activation tensor into `dst`.
+#[inline(always)]
+pub(super) fn widen_act<K: RowOps>(ops: K, x: ActRef, at: usize, dst: &mut [f32]) {
+    let r = at..at + dst.len();
+    match x {
+        ActRef::BF16(v) => ops.widen(&v[r], dst),
+        ActRef::F16(v) => widen_f16(&v[r], dst),
     }
 }
 
@@ -72,8 +110,8 @@ impl<'a> SharedState<'a> {
 pub(super) struct Ctx<'a> {
     pub(super) x: &'a Inputs<'a>,
     /// q and k as the recurrence uses them: the inputs, or their normalised copies (in-kernel q/k norm).
-    pub(super) q: &'a [bf16],
-    pub(super) k: &'a [bf16],
+    pub(super) q: ActRef<'a>,
+    pub(super) k: ActRef<'a>,
     pub(super) plan: &'a [SeqPlan],
     pub(super) g: &'a [f32],
     pub(super) beta: &'a [f32],
@@ -90,7 +128,7 @@ pub(super) struct Ctx<'a> {
     pub(super) every: usize,
     /// Use the AVX2/FMA row operations (detected on this CPU).
     pub(super) simd: bool,
-    pub(super) out: Shared<'a, bf16>,
+    pub(super) out: SharedAct<'a>,
     pub(super) state: SharedState<'a>,
     /// MTP intermediate buffer (always f32).
     pub(super) inter: Option<SharedState<'a>>,
@@ -109,8 +147,14 @@ impl Ctx<'_> {
         q: &mut [f32],
     ) {
         let off = (t * self.hq + h / self.ratio) * self.d;
-        ops.widen(&self.k[off..off + self.d], k);
-        ops.widen(&self.q[off..off + self.d], q);
+        widen_act(ops, self.k, off, k);
+        widen_act(ops, self.q, off, q);
+    }
+
+    /// Widens v rows `v0..v0 + dst.len()` of (token, value head) `gi = t·HV + h` into `dst`.
+    #[inline(always)]
+    pub(super) fn load_v<K: RowOps>(&self, ops: K, gi: usize, v0: usize, dst: &mut [f32]) {
+        widen_act(ops, self.x.v, gi * self.d + v0, dst);
     }
 
     /// Offset of the first element of head `h` of row `row` in a `[rows, HV, D, D]` state tensor.
@@ -137,6 +181,8 @@ pub(super) struct Scratch {
     pub(super) sq: Vec<f32>,
     pub(super) v: Vec<f32>,
     pub(super) delta: Vec<f32>,
+    /// One token's output rows before rounding.
+    pub(super) o: Vec<f32>,
     pub(super) work: Vec<f32>,
 }
 
@@ -145,7 +191,13 @@ impl Scratch {
         for b in [&mut self.k, &mut self.q, &mut self.k_next, &mut self.q_next] {
             b.resize(d, 0.0);
         }
-        for b in [&mut self.u, &mut self.sq, &mut self.v, &mut self.delta] {
+        for b in [
+            &mut self.u,
+            &mut self.sq,
+            &mut self.v,
+            &mut self.delta,
+            &mut self.o,
+        ] {
             b.resize(rows, 0.0);
         }
         self.work.resize(rows * d, 0.0);

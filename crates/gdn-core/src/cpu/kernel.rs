@@ -12,7 +12,8 @@
 //! One-pass step: the update of token t and the dot products token t+1 needs are fused,
 //! `s ← g·s + δ·k_t; u' = s·k_{t+1}; sq' = s·q_{t+1}`, so each state row is read and written once per token.
 
-use half::bf16;
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
 
 /// Elements per vector chunk (D = 64 and 128 are multiples).
 pub const LANES: usize = 16;
@@ -186,6 +187,18 @@ pub fn narrow(src: &[f32], dst: &mut [bf16]) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = f32_to_bf16(s);
     }
+}
+
+/// Converts an fp16 slice into `dst` (same length; F16C where the CPU has it).
+#[inline]
+pub fn widen_f16(src: &[f16], dst: &mut [f32]) {
+    src.convert_to_f32_slice(dst);
+}
+
+/// Rounds an f32 slice into fp16 `dst` (same length, round to nearest even).
+#[inline]
+pub fn narrow_f16(src: &[f32], dst: &mut [f16]) {
+    dst.convert_from_f32_slice(src);
 }
 
 /// The row operations a task needs, compiled for one instruction-set level. Each is a separate

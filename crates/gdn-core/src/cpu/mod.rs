@@ -1,4 +1,4 @@
-//! Fast multithreaded CPU backend: f32 math, bf16/f32 I/O, all three operations and every serving mode.
+//! Fast multithreaded CPU backend: f32 math, bf16/fp16/f32 I/O, all three operations and every serving mode.
 //!
 //! Work mapping: one rayon task per (sequence, value head, block of V rows). Rows of the state evolve
 //! independently given k, q and the gates (`S[v,:]` needs only `v[v]`), so a long sequence with few heads
@@ -9,13 +9,14 @@
 //! loads and stores state blocks in either layout and dtype, `kernel` has the row operations.
 //!
 //! Per call, before any task: the gates per (token, head) (raw, or the precomputed `g` / `alpha` and `beta`,
-//! through the reference's `gates_f64`), and with the in-kernel q/k norm the normalised bf16 copies of q and
-//! k, so the token loop is the same for every mode. Which rows each sequence reads and writes comes from the
+//! through the reference's `gates_f64`), and with the in-kernel q/k norm the normalised copies of q and k (in
+//! their own dtype, bf16 or fp16), so the token loop is the same for every mode. Which rows each sequence reads and writes comes from the
 //! reference's `plan` (pools, padding, `has_initial_state`, spec-decode slots, checkpoints).
 //!
 //! Per task: q/k of the current and next token are widened to f32 into a small scratch (reused across
-//! tasks of a thread). The state block is worked on in place in the f32 state output when the task owns that
-//! destination row and the layout is k-last; otherwise (bf16 state, K-first layout, MTP definition mode,
+//! tasks of a thread); each token's output rows are rounded to the activation dtype once computed. The state
+//! block is worked on in place in the f32 state output when the task owns that destination row and the layout
+//! is k-last; otherwise (16-bit state, K-first layout, MTP definition mode,
 //! spec-decode slots) in scratch, stored at the end (see `state`). Sequences that store states mid-walk
 //! (MTP intermediate rows, spec-decode slots, checkpoints) run a separate instantiation of the walk; the
 //! others' token loop has no store at all. Every output element is written: rows no task writes are filled
@@ -29,13 +30,13 @@ mod timing;
 mod walk;
 
 use crate::error::{GdnError, Result};
-use crate::outputs::{Backend, Outputs, StateBuf};
-use crate::problem::{Inputs, Problem};
+use crate::outputs::{ActBuf, Backend, Outputs, StateBuf};
+use crate::problem::{ActRef, Inputs, Problem};
 use crate::reference::{gates_f64, plan, SeqPlan};
 use crate::serving::QK_NORM_EPS;
 use crate::DType;
-use ctx::{Ctx, Scratch, Shared, SharedState, Task};
-use half::bf16;
+use ctx::{Ctx, Scratch, Shared, SharedAct, SharedState, Task};
+use half::{bf16, f16};
 use kernel::*;
 use rayon::prelude::*;
 use state::{fill_untouched_state, zero_padding_outputs};
@@ -73,7 +74,7 @@ fn run_impl(p: &Problem, x: &Inputs, out: &mut Outputs, simd: bool) -> Result<()
         )
     });
     let (q, k) = match &normalised {
-        Some((q, k)) => (&q[..], &k[..]),
+        Some((q, k)) => (q.as_act(), k.as_act()),
         None => (x.q, x.k),
     };
     fill_untouched_state(p, x, &seqs, &mut out.state);
@@ -95,7 +96,7 @@ fn run_impl(p: &Problem, x: &Inputs, out: &mut Outputs, simd: bool) -> Result<()
         layout: p.serving.layout,
         every: p.serving.checkpoint_every,
         simd,
-        out: Shared::new(&mut out.output),
+        out: SharedAct::new(&mut out.output),
         state: SharedState::new(&mut out.state),
         inter: match (p.intermediate, out.intermediate.as_mut()) {
             (true, Some(v)) => Some(SharedState::F32(Shared::new(v))),
@@ -114,10 +115,15 @@ fn run_impl(p: &Problem, x: &Inputs, out: &mut Outputs, simd: bool) -> Result<()
 
 fn check_outputs(p: &Problem, out: &Outputs) -> Result<()> {
     let want: usize = p.output_shape().iter().product();
-    if out.output.len() != want {
+    if out.output.len() != want || out.output.dtype() != p.act_dtype {
         return Err(GdnError::shape(
             "output",
-            format!("buffer has {} elements, expected {want}", out.output.len()),
+            format!(
+                "buffer has {} elements of {}, expected {want} of {}",
+                out.output.len(),
+                out.output.dtype(),
+                p.act_dtype
+            ),
         ));
     }
     let name = p.def.state_output();
@@ -143,10 +149,7 @@ fn check_outputs(p: &Problem, out: &Outputs) -> Result<()> {
 
 /// A state-like output buffer must be present with `want` elements of `dtype`.
 fn check_state_buf(name: &str, buf: Option<&StateBuf>, want: usize, dtype: DType) -> Result<()> {
-    let dtype_ok = matches!(
-        (buf, dtype),
-        (Some(StateBuf::F32(_)), DType::F32) | (Some(StateBuf::BF16(_)), DType::BF16)
-    );
+    let dtype_ok = buf.is_some_and(|b| b.dtype() == dtype);
     let got = buf.map_or(0, StateBuf::len);
     if got != want || !dtype_ok {
         return Err(GdnError::shape(
@@ -177,17 +180,30 @@ fn gates(p: &Problem, x: &Inputs) -> (Vec<f32>, Vec<f32>) {
 }
 
 /// q or k L2-normalised per (token, head) row, as the in-kernel norm does: `x / sqrt(Σx² + eps)` with the
-/// sum in f32, rounded to bf16 (the value every later step uses).
-fn l2_normalised(x: &[bf16], d: usize) -> Vec<bf16> {
-    let mut out = vec![bf16::ZERO; x.len()];
+/// sum in f32, rounded to the input's dtype (the value every later step uses).
+fn l2_normalised(x: ActRef, d: usize) -> ActBuf {
+    match x {
+        ActRef::BF16(x) => ActBuf::BF16(normalise_rows(x, d, bf16_to_f32, f32_to_bf16, bf16::ZERO)),
+        ActRef::F16(x) => ActBuf::F16(normalise_rows(x, d, f16::to_f32, f16::from_f32, f16::ZERO)),
+    }
+}
+
+fn normalise_rows<T: Copy + Send + Sync>(
+    x: &[T],
+    d: usize,
+    wide: impl Fn(T) -> f32 + Sync,
+    round: impl Fn(f32) -> T + Sync,
+    zero: T,
+) -> Vec<T> {
+    let mut out = vec![zero; x.len()];
     out.par_chunks_mut(d)
         .zip(x.par_chunks(d))
         .with_min_len(256)
         .for_each(|(o, row)| {
-            let sum: f32 = row.iter().map(|&e| bf16_to_f32(e) * bf16_to_f32(e)).sum();
+            let sum: f32 = row.iter().map(|&e| wide(e) * wide(e)).sum();
             let r = 1.0 / (sum + QK_NORM_EPS).sqrt();
             for (o, &e) in o.iter_mut().zip(row) {
-                *o = f32_to_bf16(bf16_to_f32(e) * r);
+                *o = round(wide(e) * r);
             }
         });
     out

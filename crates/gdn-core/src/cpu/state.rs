@@ -9,15 +9,15 @@
 //! are resolved once per block, outside the token loop.
 
 use super::ctx::{Ctx, SharedState};
-use super::kernel::{bf16_to_f32, f32_to_bf16, narrow, widen, RowOps};
-use crate::outputs::StateBuf;
+use super::kernel::{bf16_to_f32, f32_to_bf16, narrow, narrow_f16, widen, widen_f16, RowOps};
+use crate::outputs::{ActBuf, StateBuf};
 use crate::problem::{Inputs, Problem, StateRef};
 use crate::reference::SeqPlan;
 use crate::serving::StateLayout;
-use half::bf16;
+use half::{bf16, f16};
 use rayon::prelude::*;
 
-/// Fills the working block with the initial state (f32 copy, bf16 widened, or zeros; either layout) and
+/// Fills the working block with the initial state (f32 copy, bf16 / fp16 widened, or zeros; either layout) and
 /// returns the first token's dot products `u = S·k`, `sq = S·q` per row.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn load_state<K: RowOps>(
@@ -60,6 +60,12 @@ pub(super) fn load_state<K: RowOps>(
                 (u[i], sq[i]) = ops.load_dots_bf16(sr, wr, k, q);
             }
         }
+        (StateLayout::KLast, StateRef::F16(src)) => {
+            widen_f16(&src[c.block_at(r, h, v0)..][..work.len()], work);
+            for (i, wr) in work.chunks_exact(d).enumerate() {
+                (u[i], sq[i]) = ops.dots2(wr, k, q);
+            }
+        }
         (StateLayout::KFirst, src) => {
             let head = c.head_at(r, h);
             let rows = work.len() / d;
@@ -68,6 +74,9 @@ pub(super) fn load_state<K: RowOps>(
                 StateRef::BF16(v) => gather(&v[head..head + d * d], work, d, v0, rows, |&e| {
                     bf16_to_f32(e)
                 }),
+                StateRef::F16(v) => {
+                    gather(&v[head..head + d * d], work, d, v0, rows, |e| e.to_f32())
+                }
             }
             for (i, wr) in work.chunks_exact(d).enumerate() {
                 (u[i], sq[i]) = ops.dots2(wr, k, q);
@@ -116,6 +125,9 @@ pub(super) unsafe fn store_block<K: RowOps>(
         (StateLayout::KLast, SharedState::BF16(b)) => {
             narrow(work, b.slice(head + v0 * d, rows * d))
         }
+        (StateLayout::KLast, SharedState::F16(b)) => {
+            narrow_f16(work, b.slice(head + v0 * d, rows * d))
+        }
         (StateLayout::KFirst, SharedState::F32(b)) => {
             for kk in 0..d {
                 let col = b.slice(head + kk * d + v0, rows);
@@ -129,6 +141,14 @@ pub(super) unsafe fn store_block<K: RowOps>(
                 let col = b.slice(head + kk * d + v0, rows);
                 for (r, e) in col.iter_mut().enumerate() {
                     *e = f32_to_bf16(work[r * d + kk]);
+                }
+            }
+        }
+        (StateLayout::KFirst, SharedState::F16(b)) => {
+            for kk in 0..d {
+                let col = b.slice(head + kk * d + v0, rows);
+                for (r, e) in col.iter_mut().enumerate() {
+                    *e = f16::from_f32(work[r * d + kk]);
                 }
             }
         }
@@ -187,33 +207,49 @@ pub(super) fn fill_untouched_state(
     }
     let row = p.state_row_len();
     let pool = if p.state_in_place() { x.state } else { None };
+    // the state output has the state input's dtype (validated), so a pool row is copied as it is
     match state {
-        StateBuf::F32(buf) => buf
-            .par_chunks_mut(row)
-            .enumerate()
-            .filter(|(r, _)| !written[*r])
-            .for_each(|(r, dst)| match pool {
-                Some(StateRef::F32(src)) => dst.copy_from_slice(&src[r * row..(r + 1) * row]),
-                Some(StateRef::BF16(src)) => widen(&src[r * row..(r + 1) * row], dst),
-                None => dst.fill(0.0),
-            }),
-        StateBuf::BF16(buf) => buf
-            .par_chunks_mut(row)
-            .enumerate()
-            .filter(|(r, _)| !written[*r])
-            .for_each(|(r, dst)| match pool {
-                Some(StateRef::BF16(src)) => dst.copy_from_slice(&src[r * row..(r + 1) * row]),
-                Some(StateRef::F32(src)) => narrow(&src[r * row..(r + 1) * row], dst),
-                None => dst.fill(bf16::ZERO),
-            }),
+        StateBuf::F32(buf) => fill_rows(buf, row, &written, |r, dst| match pool {
+            Some(StateRef::F32(src)) => dst.copy_from_slice(&src[r]),
+            Some(StateRef::BF16(src)) => widen(&src[r], dst),
+            Some(StateRef::F16(src)) => widen_f16(&src[r], dst),
+            None => dst.fill(0.0),
+        }),
+        StateBuf::BF16(buf) => fill_rows(buf, row, &written, |r, dst| match pool {
+            Some(StateRef::BF16(src)) => dst.copy_from_slice(&src[r]),
+            Some(StateRef::F32(src)) => narrow(&src[r], dst),
+            _ => dst.fill(bf16::ZERO),
+        }),
+        StateBuf::F16(buf) => fill_rows(buf, row, &written, |r, dst| match pool {
+            Some(StateRef::F16(src)) => dst.copy_from_slice(&src[r]),
+            Some(StateRef::F32(src)) => narrow_f16(&src[r], dst),
+            _ => dst.fill(f16::ZERO),
+        }),
     }
 }
 
+/// Rows (of `row` elements) of `buf` not marked in `written`: `copy(element range, row)` fills each.
+fn fill_rows<T: Send>(
+    buf: &mut [T],
+    row: usize,
+    written: &[bool],
+    copy: impl Fn(std::ops::Range<usize>, &mut [T]) + Sync,
+) {
+    buf.par_chunks_mut(row)
+        .enumerate()
+        .filter(|(r, _)| !written[*r])
+        .for_each(|(r, dst)| copy(r * row..(r + 1) * row, dst));
+}
+
 /// Output rows of padded sequences are zero.
-pub(super) fn zero_padding_outputs(p: &Problem, seqs: &[SeqPlan], output: &mut [bf16]) {
+pub(super) fn zero_padding_outputs(p: &Problem, seqs: &[SeqPlan], output: &mut ActBuf) {
     let per_token = p.def.heads.num_v_heads * p.def.heads.head_size;
     for s in seqs.iter().filter(|s| s.padding) {
-        output[s.tokens.start * per_token..s.tokens.end * per_token].fill(bf16::ZERO);
+        let r = s.tokens.start * per_token..s.tokens.end * per_token;
+        match output {
+            ActBuf::BF16(v) => v[r].fill(bf16::ZERO),
+            ActBuf::F16(v) => v[r].fill(f16::ZERO),
+        }
     }
 }
 

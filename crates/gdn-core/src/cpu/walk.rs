@@ -4,7 +4,7 @@
 use super::ctx::{Ctx, Scratch, SharedState, Task};
 #[cfg(target_arch = "x86_64")]
 use super::kernel::Avx2Fma;
-use super::kernel::{f32_to_bf16, Portable, RowOps};
+use super::kernel::{Portable, RowOps};
 use super::state::{
     load_state, store_block, store_token_state, stores_token_states, works_in_output,
 };
@@ -51,20 +51,20 @@ fn decode_block<K: RowOps>(ops: K, c: &Ctx, scr: &mut Scratch, task: &Task) {
     // SAFETY: this task alone owns rows v0..v1 of head h of destination row w.
     let dst = unsafe { dst.slice(c.block_at(w, h, v0), rows * d) };
     let t = s.tokens.start;
-    let (k, q, vrow) = (&mut scr.k, &mut scr.q, &mut scr.v);
+    let (k, q, vrow, out) = (&mut scr.k, &mut scr.q, &mut scr.v, &mut scr.o);
     c.load_qk(ops, t, h, k, q);
     let gi = t * c.hv + h;
     let (g, beta) = (c.g[gi], c.beta[gi]);
     let kq = ops.dot(k, q);
-    ops.widen(&c.x.v[gi * d + v0..gi * d + v0 + rows], vrow);
-    // SAFETY: output rows v0..v1 of (token, head h) belong to this task.
-    let out = unsafe { c.out.slice(gi * d + v0, rows) };
+    c.load_v(ops, gi, v0, vrow);
     for (i, (srow, drow)) in src.chunks_exact(d).zip(dst.chunks_exact_mut(d)).enumerate() {
         let (u, sq) = ops.dots2(srow, k, q);
         let delta = beta * (vrow[i] - g * u);
-        out[i] = f32_to_bf16(c.scale * ops.fma(delta, kq, g * sq));
+        out[i] = c.scale * ops.fma(delta, kq, g * sq);
         ops.update_stream(srow, drow, g, delta, k);
     }
+    // SAFETY: output rows v0..v1 of (token, head h) belong to this task.
+    unsafe { c.out.store(gi * d + v0, out) };
 }
 
 /// Load the state block, walk the sequence's tokens (rows in pairs), store the block. `STORES`: the
@@ -83,6 +83,7 @@ fn sequence_block<K: RowOps, const STORES: bool>(ops: K, c: &Ctx, scr: &mut Scra
     let (k, q) = (&mut scr.k, &mut scr.q);
     let (k_next, q_next) = (&mut scr.k_next, &mut scr.q_next);
     let (u, sq, vrow, delta) = (&mut scr.u, &mut scr.sq, &mut scr.v, &mut scr.delta);
+    let out = &mut scr.o;
     c.load_qk(ops, s.tokens.start, h, k, q);
     load_state(ops, c, s, h, v0, work, k, q, u, sq);
     let len = s.tokens.len();
@@ -94,13 +95,13 @@ fn sequence_block<K: RowOps, const STORES: bool>(ops: K, c: &Ctx, scr: &mut Scra
         if has_next {
             c.load_qk(ops, s.tokens.start + i + 1, h, k_next, q_next);
         }
-        ops.widen(&c.x.v[gi * d + v0..gi * d + v0 + rows], vrow);
-        // SAFETY: output rows v0..v1 of (token, head h) belong to this task.
-        let out = unsafe { c.out.slice(gi * d + v0, rows) };
+        c.load_v(ops, gi, v0, vrow);
         for r in 0..rows {
             delta[r] = beta * (vrow[r] - g * u[r]);
-            out[r] = f32_to_bf16(c.scale * ops.fma(delta[r], kq, g * sq[r]));
+            out[r] = c.scale * ops.fma(delta[r], kq, g * sq[r]);
         }
+        // SAFETY: output rows v0..v1 of (token, head h) belong to this task.
+        unsafe { c.out.store(gi * d + v0, out) };
         if has_next {
             ops.update_dots_block(work, g, delta, k, k_next, q_next, u, sq);
         } else {

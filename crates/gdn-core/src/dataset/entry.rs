@@ -196,6 +196,7 @@ impl Workload {
         };
         let data = match spec.dtype {
             DType::BF16 => Data::BF16(vals.into_iter().map(bf16::from_f32).collect()),
+            DType::F16 => Data::F16(vals.into_iter().map(half::f16::from_f32).collect()),
             _ => Data::F32(vals),
         };
         Tensor::new(shape, data)

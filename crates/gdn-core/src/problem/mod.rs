@@ -1,6 +1,7 @@
 //! A validated GDN problem: the definition, the bound sizes, and typed views of the input tensors.
 //!
-//! Validation happens here, once, before any backend does work: every input's presence, dtype and shape
+//! Validation happens here, once, before any backend does work: every input's presence, dtype (q, k, v, a, b
+//! share one 16-bit dtype, bf16 or fp16; the state is f32, bf16 or fp16) and shape
 //! (axes bound on first sight and checked everywhere else), `cu_seqlens` (starts at 0, non-decreasing, ends at
 //! the token count), pool indices (in range; padding only where the mode allows it; no two requests writing the
 //! same pool slot), the serving tensors ([`crate::serving`]) and `scale`. Errors name the tensor and the problem.
@@ -20,7 +21,9 @@ mod serving_checks;
 mod types;
 pub use serving_checks::int_values;
 use serving_checks::{gate_mode, gate_name};
-pub use types::{ActViews, BetaRef, Dims, Inputs, MtpMode, Problem, RunOptions, StateRef, View};
+pub use types::{
+    ActRef, ActViews, BetaRef, Dims, Inputs, MtpMode, Problem, RunOptions, StateRef, View,
+};
 
 impl Problem {
     /// Validates `tensors` against `def` and binds every axis. No backend work happens before this passes.
@@ -47,6 +50,12 @@ impl Problem {
         let mut pool_rows = None;
         let mut intermediate = false;
         let mut scale_in = None;
+        // q, k, v and the raw gates share one 16-bit dtype: q's (bf16 per the definitions, or fp16)
+        let act_dtype = tensors
+            .get("q")
+            .map(Tensor::dtype)
+            .filter(|d| d.is_half())
+            .unwrap_or(DType::BF16);
         for s in def.inputs() {
             let raw_gate = matches!(s.name, "a" | "b" | "A_log" | "dt_bias");
             if raw_gate && gates != GateMode::Raw {
@@ -67,6 +76,15 @@ impl Problem {
                 });
             };
             check_dtype(&s, t, def)?;
+            if s.dtype == DType::BF16 && t.dtype() != act_dtype {
+                return Err(GdnError::DType {
+                    tensor: s.name.to_string(),
+                    expected: format!(
+                        "{act_dtype} (the dtype of q: q, k, v, a and b share one dtype)"
+                    ),
+                    got: t.dtype().name().into(),
+                });
+            }
             if s.name == def.state_input() {
                 state_dtype = Some(t.dtype());
             }
@@ -190,12 +208,13 @@ impl Problem {
             def: def.clone(),
             dims,
             state_dtype,
+            act_dtype,
             intermediate,
             scale,
             mtp_mode,
             serving: sv,
             gates,
-            beta_dtype: tensors.get(names::BETA).map_or(DType::BF16, Tensor::dtype),
+            beta_dtype: tensors.get(names::BETA).map_or(act_dtype, Tensor::dtype),
             pool,
             index_dtype,
             has_initial_state: tensors.contains_key(names::HAS_INITIAL_STATE),
@@ -270,19 +289,20 @@ impl Problem {
             || self.cu_dtype == DType::I32
             || self.mtp_mode == MtpMode::Serving
             || self.act_views.is_some()
+            || self.act_dtype == DType::F16
+            || self.state_dtype == Some(DType::F16)
     }
 
     /// Typed views of the (already validated) tensors.
     pub fn inputs<'a>(&self, tensors: &'a TensorMap) -> Inputs<'a> {
         let get = |n: &str| tensors.get(n).expect("validated");
-        let bf = |n: &str| tensors.get(n).and_then(Tensor::as_bf16).unwrap_or(&[]);
+        let act = |n: &str| match tensors.get(n).map(|t| &t.data) {
+            Some(Data::F16(v)) => ActRef::F16(v),
+            Some(Data::BF16(v)) => ActRef::BF16(v),
+            _ => ActRef::default(),
+        };
         let f = |n: &str| tensors.get(n).and_then(Tensor::as_f32).unwrap_or(&[]);
-        let state = tensors
-            .get(self.def.state_input())
-            .map(|t| match t.dtype() {
-                DType::BF16 => StateRef::BF16(t.as_bf16().expect("validated")),
-                _ => StateRef::F32(t.as_f32().expect("validated")),
-            });
+        let state = tensors.get(self.def.state_input()).map(state_ref);
         let cu_seqlens = match self.def.op {
             Op::Prefill => int_values(get("cu_seqlens")),
             _ => Cow::Owned(
@@ -299,11 +319,11 @@ impl Problem {
             None
         };
         Inputs {
-            q: bf("q"),
-            k: bf("k"),
-            v: bf("v"),
-            a: bf("a"),
-            b: bf("b"),
+            q: act("q"),
+            k: act("k"),
+            v: act("v"),
+            a: act("a"),
+            b: act("b"),
             a_log: f("A_log"),
             dt_bias: f("dt_bias"),
             state,
@@ -320,6 +340,7 @@ impl Problem {
                 .and_then(Tensor::as_f32),
             beta: tensors.get(names::BETA).map(|t| match &t.data {
                 Data::BF16(v) => BetaRef::BF16(v),
+                Data::F16(v) => BetaRef::F16(v),
                 Data::F32(v) => BetaRef::F32(v),
                 _ => unreachable!("validated"),
             }),
@@ -329,11 +350,7 @@ impl Problem {
                 .map(|t| int_values(t).iter().map(|&x| x != 0).collect()),
             num_accepted: tensors.get(names::NUM_ACCEPTED).and_then(Tensor::as_i32),
             checkpoint_starts: tensors.get(names::CHECKPOINT_STARTS).map(int_values),
-            checkpoints: tensors.get(names::CHECKPOINTS).map(|t| match &t.data {
-                Data::BF16(v) => StateRef::BF16(v),
-                Data::F32(v) => StateRef::F32(v),
-                _ => unreachable!("validated"),
-            }),
+            checkpoints: tensors.get(names::CHECKPOINTS).map(state_ref),
         }
     }
 
@@ -343,12 +360,12 @@ impl Problem {
         h.num_v_heads * h.head_size * h.head_size
     }
 
-    /// dtype of the state output: bf16 when the state came in bf16 (the bf16-state extension), else fp32.
+    /// dtype of the state output: the state's when it came in bf16 or fp16 (the 16-bit-state extensions),
+    /// else fp32.
     pub fn state_out_dtype(&self) -> DType {
-        if self.state_dtype == Some(DType::BF16) {
-            DType::BF16
-        } else {
-            DType::F32
+        match self.state_dtype {
+            Some(d) if d.is_half() => d,
+            _ => DType::F32,
         }
     }
 
@@ -444,19 +461,37 @@ impl Problem {
     }
 }
 
-fn check_dtype(s: &TensorSpec, t: &Tensor, def: &Definition) -> Result<()> {
-    let ok = t.dtype() == s.dtype
-        || (s.name == def.state_input() && t.dtype() == DType::BF16)
-        || (s.name == "cu_seqlens" && t.dtype() == DType::I32);
-    if ok {
-        Ok(())
-    } else {
-        Err(GdnError::DType {
-            tensor: s.name.to_string(),
-            expected: s.dtype.name().into(),
-            got: t.dtype().name().into(),
-        })
+/// A state-like tensor's typed view (validated f32, bf16 or fp16).
+fn state_ref(t: &Tensor) -> StateRef<'_> {
+    match &t.data {
+        Data::BF16(v) => StateRef::BF16(v),
+        Data::F16(v) => StateRef::F16(v),
+        Data::F32(v) => StateRef::F32(v),
+        _ => unreachable!("validated"),
     }
+}
+
+/// A definition input's dtype: the definition's, or one of gdn's extensions: fp16 for the bf16 activation
+/// tensors (q, k, v, a, b), bf16 or fp16 for the state, int32 for `cu_seqlens`.
+fn check_dtype(s: &TensorSpec, t: &Tensor, def: &Definition) -> Result<()> {
+    let (got, is_state) = (t.dtype(), s.name == def.state_input());
+    let ok = got == s.dtype
+        || (s.dtype == DType::BF16 && got == DType::F16)
+        || (is_state && got.is_half())
+        || (s.name == "cu_seqlens" && got == DType::I32);
+    if ok {
+        return Ok(());
+    }
+    let expected = match s.dtype {
+        DType::BF16 => "bfloat16 or float16".into(),
+        _ if is_state => "float32, bfloat16 or float16".into(),
+        d => d.name().into(),
+    };
+    Err(GdnError::DType {
+        tensor: s.name.to_string(),
+        expected,
+        got: got.name().into(),
+    })
 }
 
 fn bind_shape(

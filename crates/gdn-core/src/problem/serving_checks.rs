@@ -56,7 +56,18 @@ impl Problem {
                 })
             }
             (_, Some(t)) => {
-                dtype_in(names::BETA, t, &[DType::F32, DType::BF16])?;
+                // a 16-bit beta has the activations' dtype (as FLA passes it)
+                if t.dtype().is_half() && t.dtype() != self.act_dtype {
+                    return Err(GdnError::DType {
+                        tensor: names::BETA.into(),
+                        expected: format!(
+                            "float32 or {} (a 16-bit beta has the dtype of q, k and v)",
+                            self.act_dtype
+                        ),
+                        got: t.dtype().name().into(),
+                    });
+                }
+                dtype_in(names::BETA, t, &[DType::F32, self.act_dtype])?;
                 shape_is(names::BETA, t, &gs)?;
             }
         }
@@ -138,11 +149,19 @@ impl Problem {
                         ),
                     });
                 };
-                let mut ok = vec![self.state_out_dtype()];
-                if ok[0] != DType::F32 {
-                    ok.push(DType::F32);
+                // the state's dtype or f32: a 16-bit checkpoint buffer of the other 16-bit dtype mixes states
+                let state = self.state_out_dtype();
+                if c.dtype() != state && c.dtype() != DType::F32 {
+                    return Err(GdnError::DType {
+                        tensor: names::CHECKPOINTS.into(),
+                        expected: if state == DType::F32 {
+                            "float32 (the state's dtype)".into()
+                        } else {
+                            format!("{state} (the state's dtype) or float32")
+                        },
+                        got: c.dtype().name().into(),
+                    });
                 }
-                dtype_in(names::CHECKPOINTS, c, &ok)?;
                 let h = &self.def.heads;
                 let (hv, d) = (h.num_v_heads, h.head_size);
                 if c.shape.len() != 4 || c.shape[1..] != [hv, d, d] {

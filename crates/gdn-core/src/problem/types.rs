@@ -4,7 +4,7 @@
 use crate::definition::{Definition, Heads};
 use crate::dtype::DType;
 use crate::serving::{GateMode, Serving};
-use half::bf16;
+use half::{bf16, f16};
 use std::borrow::Cow;
 
 /// How MTP treats its state pool.
@@ -51,9 +51,12 @@ pub struct Dims {
 pub struct Problem {
     pub def: Definition,
     pub dims: Dims,
-    /// dtype of the state input, or `None` when absent (zeros). BF16 is gdn's bf16-state extension:
-    /// the state is stored in bf16 (and so is the state output), the math stays fp32.
+    /// dtype of the state input, or `None` when absent (zeros). BF16 and F16 are gdn's 16-bit-state
+    /// extensions: the state is stored in that dtype (and so are the state output and the pool), the math
+    /// stays fp32.
     pub state_dtype: Option<DType>,
+    /// dtype of q, k, v, the output and the raw gates `a`, `b`: BF16 (the definitions) or F16.
+    pub act_dtype: DType,
     /// MTP: an `intermediate_states_buffer` was given and is written.
     pub intermediate: bool,
     /// Resolved scale (never 0).
@@ -64,7 +67,8 @@ pub struct Problem {
     pub serving: Serving,
     /// Where the gates come from (selected by the tensors given: `g`, `alpha`, or `a, b, A_log, dt_bias`).
     pub gates: GateMode,
-    /// dtype of `beta` (precomputed gates: F32 or BF16; BF16 for raw gates, where `b` is bf16).
+    /// dtype of `beta` (precomputed gates: F32 or the activation dtype; for raw gates the activation dtype,
+    /// that of `b`).
     pub beta_dtype: DType,
     /// Decode / prefill read and write rows `state_indices[n]` of a state pool (`state` has `state_rows`
     /// rows), in place.
@@ -154,21 +158,89 @@ impl ActViews {
     }
 }
 
-/// Typed state storage (fp32 per the definitions, or bf16).
+/// Typed state storage (fp32 per the definitions, or bf16 / fp16).
 #[derive(Copy, Clone, Debug)]
 pub enum StateRef<'a> {
     F32(&'a [f32]),
     BF16(&'a [bf16]),
+    F16(&'a [f16]),
+}
+
+impl StateRef<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            StateRef::F32(v) => v.len(),
+            StateRef::BF16(v) => v.len(),
+            StateRef::F16(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn dtype(&self) -> DType {
+        match self {
+            StateRef::F32(_) => DType::F32,
+            StateRef::BF16(_) => DType::BF16,
+            StateRef::F16(_) => DType::F16,
+        }
+    }
+}
+
+/// Typed 16-bit activation storage (q, k, v, raw a / b): bf16 per the definitions, or fp16.
+#[derive(Copy, Clone, Debug)]
+pub enum ActRef<'a> {
+    BF16(&'a [bf16]),
+    F16(&'a [f16]),
+}
+
+impl Default for ActRef<'_> {
+    fn default() -> Self {
+        ActRef::BF16(&[])
+    }
+}
+
+impl<'a> ActRef<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            ActRef::BF16(v) => v.len(),
+            ActRef::F16(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn dtype(&self) -> DType {
+        match self {
+            ActRef::BF16(_) => DType::BF16,
+            ActRef::F16(_) => DType::F16,
+        }
+    }
+    /// Element `i`, exactly, as f32.
+    #[inline]
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            ActRef::BF16(v) => v[i].to_f32(),
+            ActRef::F16(v) => v[i].to_f32(),
+        }
+    }
+    /// Elements `range`, same dtype.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> ActRef<'a> {
+        match *self {
+            ActRef::BF16(v) => ActRef::BF16(&v[range]),
+            ActRef::F16(v) => ActRef::F16(&v[range]),
+        }
+    }
 }
 
 /// Typed views of a validated problem's inputs.
 #[derive(Clone, Debug, Default)]
 pub struct Inputs<'a> {
-    pub q: &'a [bf16],
-    pub k: &'a [bf16],
-    pub v: &'a [bf16],
-    pub a: &'a [bf16],
-    pub b: &'a [bf16],
+    /// q, k, v and the raw gates `a`, `b`, in the activation dtype ([`Problem::act_dtype`]).
+    pub q: ActRef<'a>,
+    pub k: ActRef<'a>,
+    pub v: ActRef<'a>,
+    pub a: ActRef<'a>,
+    pub b: ActRef<'a>,
     pub a_log: &'a [f32],
     pub dt_bias: &'a [f32],
     pub state: Option<StateRef<'a>>,
@@ -194,11 +266,12 @@ pub struct Inputs<'a> {
     pub checkpoints: Option<StateRef<'a>>,
 }
 
-/// Typed precomputed `beta`.
+/// Typed precomputed `beta` (f32, or 16-bit in the activation dtype).
 #[derive(Copy, Clone, Debug)]
 pub enum BetaRef<'a> {
     F32(&'a [f32]),
     BF16(&'a [bf16]),
+    F16(&'a [f16]),
 }
 
 impl BetaRef<'_> {
@@ -207,6 +280,7 @@ impl BetaRef<'_> {
         match self {
             BetaRef::F32(v) => v[i],
             BetaRef::BF16(v) => v[i].to_f32(),
+            BetaRef::F16(v) => v[i].to_f32(),
         }
     }
 }

@@ -3,205 +3,24 @@
 //! them, and the one builder from a validated gdn_core `Problem` plus device pointers ([`Args::for_problem`]),
 //! which the CUDA backend and the Python binding both use.
 
-use crate::abi::params::{
-    sv, Prefill64Params, PrefillParams, RecurrentParams, ServingParams, ACT_K, ACT_OUT, ACT_Q,
-    ACT_V,
-};
+pub(crate) use crate::abi::checks::bad;
+use crate::abi::checks::{check_scale, need, opt, to_i32, VEC_ALIGN};
+use crate::abi::params::{Prefill64Params, PrefillParams, RecurrentParams};
+pub use crate::abi::serving_args::{check_act_view, ServingArgs};
 use crate::kernels::registry::{self, StateDtype};
 use crate::plan::prefill::PrefillPlan;
 use crate::plan::Shape;
-use gdn_core::{DType, GateMode, GdnError, MtpMode, Op, PadRule, Problem, Result, StateLayout};
-
-/// Alignment every vector-loaded tensor must have (16-byte loads).
-pub const VEC_ALIGN: u64 = 16;
-
-pub(crate) fn bad(tensor: &str, problem: impl Into<String>) -> GdnError {
-    GdnError::value(tensor, problem)
-}
-
-/// Required pointer, aligned.
-fn need(name: &str, ptr: u64, align: u64) -> Result<()> {
-    if ptr == 0 {
-        return Err(bad(name, "device pointer is NULL"));
-    }
-    opt(name, ptr, align)
-}
-
-/// Optional pointer (0 = absent), aligned when present (`align` is a power of two).
-fn opt(name: &str, ptr: u64, align: u64) -> Result<()> {
-    if ptr & (align - 1) != 0 {
-        return Err(bad(
-            name,
-            format!("device pointer {ptr:#x} is not {align}-byte aligned"),
-        ));
-    }
-    Ok(())
-}
-
-fn check_scale(scale: f32) -> Result<()> {
-    if !scale.is_finite() || scale == 0.0 {
-        return Err(bad(
-            "scale",
-            format!("must be resolved (finite, non-zero), got {scale}"),
-        ));
-    }
-    Ok(())
-}
-
-fn to_i32(name: &str, x: usize) -> Result<i32> {
-    i32::try_from(x).map_err(|_| bad(name, format!("{x} does not fit the kernel's 32-bit field")))
-}
-
-/// The serving-mode arguments of one call (all zero / false: definition mode). Shared by both families.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ServingArgs {
-    pub gates: GateMode,
-    /// f32 `g` or `alpha` (by `gates`), 0 for raw gates.
-    pub gate: u64,
-    /// `beta`, 0 for raw gates.
-    pub beta: u64,
-    pub beta_bf16: bool,
-    pub qk_l2norm: bool,
-    pub layout: StateLayout,
-    pub pad: PadRule,
-    /// Decode / prefill pool rows (`state_indices`), or 0. (MTP's pool rows are `RecurrentArgs::state_indices`.)
-    pub pool_indices: u64,
-    pub index_i64: bool,
-    /// i32 [N], or 0.
-    pub has_initial: u64,
-    /// MTP spec-decode slots: i32 [B] accepted tokens (then `state_indices` is i32 [B, T]), or 0.
-    pub num_accepted: u64,
-    /// Prefill checkpoints buffer, its row starts and the interval (0 = none).
-    pub checkpoints: u64,
-    pub checkpoints_f32: bool,
-    pub checkpoint_starts: u64,
-    pub checkpoint_starts_i32: bool,
-    pub checkpoint_every: usize,
-    /// Elements between state pool rows, 0 = dense (`HV·D·D`).
-    pub state_row_stride: usize,
-    /// Prefill `cu_seqlens` are i32.
-    pub cu_i32: bool,
-    /// (token, head) element strides of q, k, v, out (rows `abi::params::ACT_Q` … `ACT_OUT`), or None: dense
-    /// `[tokens, heads, 128]`. The last dimension is contiguous.
-    pub act_strides: Option<[[i64; 2]; 4]>,
-}
+use gdn_core::{DType, GateMode, MtpMode, Op, PadRule, Problem, Result, StateLayout};
 
 impl ServingArgs {
-    /// Whether any serving capability is on (false: the definition mode, which runs the definition builds). The
-    /// dtype and padding options of absent tensors (pool indices, checkpoints) change nothing a kernel does.
-    pub fn is_active(&self) -> bool {
-        self.gates != GateMode::Raw
-            || self.qk_l2norm
-            || self.layout != StateLayout::default()
-            || self.pool_indices != 0
-            || self.has_initial != 0
-            || self.num_accepted != 0
-            || self.checkpoint_every > 0
-            || self.state_row_stride != 0
-            || self.cu_i32
-            || self.act_strides.is_some()
-    }
-
-    /// Pointer alignment and option ranges.
-    pub fn validate(&self, dense_row: usize) -> Result<()> {
-        if self.gates != GateMode::Raw {
-            need(gate_tensor(self.gates), self.gate, 4)?;
-            need("beta", self.beta, if self.beta_bf16 { 2 } else { 4 })?;
-        }
-        opt(
-            "state_indices",
-            self.pool_indices,
-            if self.index_i64 { 8 } else { 4 },
-        )?;
-        opt("has_initial_state", self.has_initial, 4)?;
-        opt("num_accepted_tokens", self.num_accepted, 4)?;
-        if self.checkpoint_every > 0 {
-            if !self
-                .checkpoint_every
-                .is_multiple_of(gdn_core::serving::CHECKPOINT_GRANULE)
-            {
-                return Err(bad(
-                    "checkpoint_every",
-                    format!(
-                        "must be a multiple of 64 tokens, got {}",
-                        self.checkpoint_every
-                    ),
-                ));
-            }
-            to_i32("checkpoint_every", self.checkpoint_every)?;
-            need("checkpoints", self.checkpoints, VEC_ALIGN)?;
-            need(
-                "checkpoint_cu_starts",
-                self.checkpoint_starts,
-                if self.checkpoint_starts_i32 { 4 } else { 8 },
-            )?;
-        }
-        if self.state_row_stride != 0 {
-            if self.state_row_stride < dense_row {
-                return Err(bad(
-                    "state",
-                    format!(
-                        "row stride {} elements is smaller than one state row ({dense_row})",
-                        self.state_row_stride
-                    ),
-                ));
-            }
-            if !self.state_row_stride.is_multiple_of(8) {
-                return Err(bad(
-                    "state",
-                    format!(
-                        "row stride {} elements breaks 16-byte alignment of the rows",
-                        self.state_row_stride
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    pub fn params(&self) -> ServingParams {
-        let mut flags = match self.gates {
-            GateMode::Raw => 0,
-            GateMode::Log => sv::GATE_LOG,
-            GateMode::Linear => sv::GATE_LINEAR,
-        };
-        for (on, bit) in [
-            (self.beta_bf16 && self.gates != GateMode::Raw, sv::BETA_BF16),
-            (self.qk_l2norm, sv::QK_NORM),
-            (self.layout == StateLayout::KFirst, sv::KFIRST),
-            (self.pad == PadRule::NullSlot, sv::PAD_NULL),
-            (self.index_i64, sv::INDEX_I64),
-            (self.cu_i32, sv::CU_I32),
-            (self.checkpoints_f32, sv::CKPT_F32),
-            (self.checkpoint_starts_i32, sv::CKPT_START_I32),
-            (self.act_strides.is_some(), sv::STRIDED),
-        ] {
-            if on {
-                flags |= bit;
-            }
-        }
-        ServingParams {
-            gate: self.gate,
-            beta: self.beta,
-            pool_indices: self.pool_indices,
-            has_initial: self.has_initial,
-            num_accepted: self.num_accepted,
-            checkpoints: self.checkpoints,
-            checkpoint_starts: self.checkpoint_starts,
-            state_row_stride: self.state_row_stride as i64,
-            flags,
-            checkpoint_every: self.checkpoint_every as i32,
-            act_stride: self.act_strides.unwrap_or_default(),
-        }
-    }
-
     /// The serving arguments of a validated problem whose tensors are at `d`.
     pub fn for_problem(p: &Problem, d: &DevicePtrs) -> ServingArgs {
         ServingArgs {
             gates: p.gates,
             gate: d.gate,
             beta: d.beta,
-            beta_bf16: p.gates != GateMode::Raw && p.beta_dtype == DType::BF16,
+            // a 16-bit beta: bf16, or fp16 with fp16 activations (its dtype is theirs: validated)
+            beta_bf16: p.gates != GateMode::Raw && p.beta_dtype.is_half(),
             qk_l2norm: p.serving.qk_l2norm,
             layout: p.serving.layout,
             pad: p.serving.pad,
@@ -225,99 +44,10 @@ impl ServingArgs {
             act_strides: p
                 .act_views
                 .map(|v| v.strides().map(|r| r.map(|x| x as i64))),
+            act_f16: p.act_dtype == DType::F16,
+            // every 16-bit state tensor of a call has the state's dtype (validated)
+            state_f16: p.state_out_dtype() == DType::F16,
         }
-    }
-
-    /// The activation views (`act_strides`), when given, for a call of `tokens` tokens with `q_heads` q/k
-    /// heads and `v_heads` value heads of `head_size` elements ([`check_act_view`] on each).
-    pub fn validate_act(
-        &self,
-        tokens: usize,
-        q_heads: usize,
-        v_heads: usize,
-        head_size: usize,
-    ) -> Result<()> {
-        let Some(s) = self.act_strides else {
-            return Ok(());
-        };
-        for (name, row, heads) in [
-            ("q", ACT_Q, q_heads),
-            ("k", ACT_K, q_heads),
-            ("v", ACT_V, v_heads),
-            ("output", ACT_OUT, v_heads),
-        ] {
-            check_act_view(name, s[row], tokens, heads, head_size, row == ACT_OUT)?;
-        }
-        Ok(())
-    }
-}
-
-/// One activation view (q, k, v or the output) the kernels can take: `[token, head]` element strides, rows of
-/// `head_size` contiguous elements. Each stride is non-negative and a multiple of 8 elements (16-byte rows,
-/// like the base pointer), and the farthest element's offset fits 64 bits (the kernels form every offset in
-/// 64 bits). Inputs may overlap (a head stride of 0 reads one head for all). A view the kernels write
-/// (`written`: the output) must not overlap itself: token-major (head stride >= `head_size`, token stride >=
-/// `heads` x head stride) or head-major (token stride >= `head_size`, head stride >= `tokens` x token stride);
-/// a stride of an axis of length 1 is never used.
-pub fn check_act_view(
-    tensor: &str,
-    [token, head]: [i64; 2],
-    tokens: usize,
-    heads: usize,
-    head_size: usize,
-    written: bool,
-) -> Result<()> {
-    for (what, s) in [("token", token), ("head", head)] {
-        if s < 0 {
-            return Err(bad(
-                tensor,
-                format!("{what} stride {s} elements is negative"),
-            ));
-        }
-        if s % 8 != 0 {
-            return Err(bad(
-                tensor,
-                format!("{what} stride {s} elements breaks 16-byte alignment (a multiple of 8 elements)"),
-            ));
-        }
-    }
-    let (t, h, d) = (tokens as i128, heads as i128, head_size as i128);
-    if t == 0 || h == 0 {
-        return Ok(());
-    }
-    let last = (t - 1) * token as i128 + (h - 1) * head as i128 + d;
-    if last > i64::MAX as i128 {
-        return Err(bad(
-            tensor,
-            format!("the view spans {last} elements, past the kernels' 64-bit offsets"),
-        ));
-    }
-    if written {
-        // `n_inner` rows `inner` apart, repeated `n_outer` times `outer` apart, never overlap
-        let nested = |inner: i128, n_inner: i128, outer: i128, n_outer: i128| {
-            let block = if n_inner == 1 { d } else { n_inner * inner };
-            (n_inner == 1 || inner >= d) && (n_outer == 1 || outer >= block)
-        };
-        let (ts, hs) = (token as i128, head as i128);
-        if !(nested(hs, h, ts, t) || nested(ts, t, hs, h)) {
-            return Err(bad(
-                tensor,
-                format!(
-                    "rows overlap: token stride {token}, head stride {head} elements for {tokens} tokens of \
-                     {heads} heads of {head_size}; a written view needs head stride >= {head_size} and token \
-                     stride >= heads x head stride (or token stride >= {head_size} and head stride >= tokens \
-                     x token stride)"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn gate_tensor(g: GateMode) -> &'static str {
-    match g {
-        GateMode::Linear => "alpha",
-        _ => "g",
     }
 }
 
@@ -438,6 +168,7 @@ impl RecurrentArgs {
         }
         let sv = &self.serving;
         self.validate_serving()?;
+        sv.check_state_f16(self.state_dtype)?;
         sv.validate(self.num_v_heads * self.head_size * self.head_size)?;
         sv.validate_act(
             self.batch.saturating_mul(self.seq_len),
@@ -477,6 +208,8 @@ impl RecurrentArgs {
             || sv.num_accepted != 0
             || sv.state_row_stride != 0
             || sv.act_strides.is_some()
+            || sv.act_f16
+            || sv.state_f16
         {
             Build::Serving
         } else {
@@ -605,6 +338,7 @@ impl PrefillArgs {
         }
         to_i32("num_q_heads", self.num_q_heads)?;
         to_i32("num_v_heads", self.num_v_heads)?;
+        sv.check_state_f16(self.state_dtype)?;
         sv.validate(self.num_v_heads * self.head_size * self.head_size)?;
         sv.validate_act(
             self.total_tokens,
@@ -642,8 +376,8 @@ impl PrefillArgs {
         Ok(())
     }
 
-    /// What a plan adds to `validate`: the fused kernels copy bf16 gate inputs as aligned 4-byte pairs (so a
-    /// bf16 `beta` must be 4-byte aligned where a fused tile may run).
+    /// What a plan adds to `validate`: the fused kernels copy 16-bit gate inputs as aligned 4-byte pairs (so a
+    /// 16-bit `beta`, bf16 or fp16, must be 4-byte aligned where a fused tile may run).
     pub fn validate_plan(&self, plan: &PrefillPlan) -> Result<()> {
         let sv = &self.serving;
         let fused = match plan {
@@ -847,10 +581,11 @@ impl Args {
     }
 }
 
-/// The kernels' storage dtype of a problem's state.
+/// The kernels' storage dtype of a problem's state: the 16-bit-state kernels (`StateDtype::BF16`) run both
+/// 16-bit state dtypes, an fp16 state with `ServingArgs::state_f16` set (they convert at load and store).
 pub fn state_dtype(p: &Problem) -> StateDtype {
     match p.state_out_dtype() {
-        DType::BF16 => StateDtype::BF16,
+        DType::BF16 | DType::F16 => StateDtype::BF16,
         _ => StateDtype::F32,
     }
 }

@@ -64,6 +64,8 @@ pub mod sv {
     pub const CKPT_F32: i32 = 1 << 8;
     pub const CKPT_START_I32: i32 = 1 << 9;
     pub const STRIDED: i32 = 1 << 10;
+    pub const ACT_F16: i32 = 1 << 11;
+    pub const STATE_F16: i32 = 1 << 12;
 }
 
 const _: () = {

@@ -5,6 +5,9 @@
 //! into a buffer of its own (the layout of an engine's fused projection): every element outside the rows
 //! holds [`GUARD`]. A kernel that reads outside its rows reads NaN; one that writes outside them is caught when
 //! the output is read back ([`OutBuf::read`]).
+//!
+//! Activations (q, k, v, a, b, output) are bf16 or fp16 (`Problem::act_dtype`) and states f32, bf16 or fp16:
+//! the device buffers hold the host elements as they are; views are built and read as raw 16-bit words.
 
 use crate::abi::args::{Args, DevicePtrs};
 use crate::exec::backend_err as be;
@@ -13,11 +16,43 @@ use crate::exec::launch::LaunchInfo;
 use crate::runtime::context::Stream;
 use crate::runtime::memory::DeviceBuf;
 use gdn_core::problem::View;
-use gdn_core::{BetaRef, Inputs, Op, Problem, Result, StateRef};
-use half::bf16;
+use gdn_core::{ActBuf, ActRef, BetaRef, Inputs, Op, Problem, Result, StateRef};
+use half::slice::HalfFloatSliceExt;
 
-/// The bf16 pattern in the gaps of activation views: a NaN whose payload no kernel produces.
-pub(crate) const GUARD: bf16 = bf16::from_bits(0x7fa1);
+/// The 16-bit pattern in the gaps of activation views: a NaN in bf16 and in fp16, whose payload no kernel
+/// produces.
+pub(crate) const GUARD: u16 = 0x7fa1;
+
+/// The raw 16-bit words of an activation tensor.
+fn words<'a>(x: ActRef<'a>) -> &'a [u16] {
+    match x {
+        ActRef::BF16(v) => v.reinterpret_cast(),
+        ActRef::F16(v) => v.reinterpret_cast(),
+    }
+}
+
+/// Uploads a state-like tensor as it is.
+fn upload_state(s: StateRef, stream: Stream) -> Result<DeviceBuf> {
+    match s {
+        StateRef::F32(v) => DeviceBuf::upload(v, stream),
+        StateRef::BF16(v) => DeviceBuf::upload(v, stream),
+        StateRef::F16(v) => DeviceBuf::upload(v, stream),
+    }
+    .map_err(be)
+}
+
+/// Reads a device buffer into a state-like host buffer of its dtype.
+pub(crate) fn read_state(
+    src: &DeviceBuf,
+    dst: &mut gdn_core::StateBuf,
+    stream: Stream,
+) -> std::result::Result<(), String> {
+    match dst {
+        gdn_core::StateBuf::F32(d) => src.read(d, stream),
+        gdn_core::StateBuf::BF16(d) => src.read(d, stream),
+        gdn_core::StateBuf::F16(d) => src.read(d, stream),
+    }
+}
 
 /// A workspace handed to a launch: device address and bytes (0, 0 = none).
 #[derive(Clone, Copy, Debug, Default)]
@@ -67,14 +102,18 @@ impl OutBuf {
         }
     }
 
-    /// Copies the output into `out` (dense `[tokens, HV, D]`) on `stream`. A view is gathered row by row,
-    /// after waiting for the stream, and its gaps must still hold [`GUARD`]: an element written there is an
-    /// error naming the first one.
-    pub fn read(&self, out: &mut [bf16], stream: Stream) -> std::result::Result<(), String> {
+    /// Copies the output into `out` (dense `[tokens, HV, D]`, the activation dtype) on `stream`. A view is
+    /// gathered row by row, after waiting for the stream, and its gaps must still hold [`GUARD`]: an element
+    /// written there is an error naming the first one.
+    pub fn read(&self, out: &mut ActBuf, stream: Stream) -> std::result::Result<(), String> {
+        let out: &mut [u16] = match out {
+            ActBuf::BF16(v) => v.reinterpret_cast_mut(),
+            ActBuf::F16(v) => v.reinterpret_cast_mut(),
+        };
         let Some((v, [tokens, heads, d])) = self.view else {
             return self.buf.read(out, stream);
         };
-        let mut host = vec![bf16::ZERO; self.buf.bytes / 2];
+        let mut host = vec![0u16; self.buf.bytes / 2];
         self.buf.read(&mut host, stream)?;
         // SAFETY: our stream; the copy into `host` must finish before it is read.
         unsafe { cudarc::driver::result::stream::synchronize(stream.0) }.map_err(|e| {
@@ -87,8 +126,8 @@ impl OutBuf {
 /// Copies the rows of output view `v` in `buf` (a host copy of its buffer) into dense `out`, then checks that
 /// every other element of `buf` still holds [`GUARD`] (the rows are disjoint: validated).
 fn gather(
-    buf: &mut [bf16],
-    out: &mut [bf16],
+    buf: &mut [u16],
+    out: &mut [u16],
     v: View,
     [tokens, heads, d]: [usize; 3],
 ) -> std::result::Result<(), String> {
@@ -99,7 +138,7 @@ fn gather(
             buf[src..src + d].fill(GUARD);
         }
     }
-    let touched = |x: &bf16| x.to_bits() != GUARD.to_bits();
+    let touched = |x: &u16| *x != GUARD;
     if let Some(first) = buf.iter().position(touched) {
         let written = buf.iter().filter(|x| touched(x)).count();
         return Err(format!(
@@ -126,15 +165,12 @@ fn state_bytes(p: &Problem) -> usize {
 
 impl DeviceInputs {
     pub(crate) fn upload(p: &Problem, x: &Inputs, stream: Stream) -> Result<Self> {
-        let up = |d: &[bf16]| DeviceBuf::upload(d, stream).map_err(be);
+        let up = |d: ActRef| DeviceBuf::upload(words(d), stream).map_err(be);
+        let upw = |d: &[u16]| DeviceBuf::upload(d, stream).map_err(be);
         let upf = |d: &[f32]| DeviceBuf::upload(d, stream).map_err(be);
         let upi = |d: &[i64]| DeviceBuf::upload(d, stream).map_err(be);
         let upi32 = |d: &[i32]| DeviceBuf::upload(d, stream).map_err(be);
-        let state = match x.state {
-            Some(StateRef::F32(s)) => Some(upf(s)?),
-            Some(StateRef::BF16(s)) => Some(up(s)?),
-            None => None,
-        };
+        let state = x.state.map(|s| upload_state(s, stream)).transpose()?;
         let (qkv, qkv_ptrs) = match p.act_views {
             None => {
                 let bufs = vec![up(x.q)?, up(x.k)?, up(x.v)?];
@@ -145,16 +181,16 @@ impl DeviceInputs {
                 let h = &p.def.heads;
                 let (t, d) = (p.dims.total_tokens, h.head_size);
                 let parts = [
-                    (av.q, x.q, h.num_q_heads),
-                    (av.k, x.k, h.num_q_heads),
-                    (av.v, x.v, h.num_v_heads),
+                    (av.q, words(x.q), h.num_q_heads),
+                    (av.k, words(x.k), h.num_q_heads),
+                    (av.v, words(x.v), h.num_v_heads),
                 ];
                 let span = parts.iter().map(|(v, _, n)| v.span(t, *n, d)).max();
                 let mut host = vec![GUARD; span.unwrap_or(0)];
                 for (view, dense, n) in parts {
                     scatter(&mut host, dense, view, t, n, d);
                 }
-                let buf = up(&host)?;
+                let buf = upw(&host)?;
                 let at = |v: View| {
                     if buf.ptr == 0 {
                         0
@@ -184,7 +220,8 @@ impl DeviceInputs {
             gate: x.gate.map(upf).transpose()?,
             beta: match x.beta {
                 Some(BetaRef::F32(v)) => Some(upf(v)?),
-                Some(BetaRef::BF16(v)) => Some(up(v)?),
+                Some(BetaRef::BF16(v)) => Some(up(ActRef::BF16(v))?),
+                Some(BetaRef::F16(v)) => Some(up(ActRef::F16(v))?),
                 None => None,
             },
             // int64 on the device (index_dtype is reset to I64 by `enqueue`)
@@ -239,17 +276,13 @@ impl DeviceOutputs {
                 Some(buf) if p.intermediate => Some(DeviceBuf::upload(buf, stream).map_err(be)?),
                 _ => None,
             },
-            checkpoints: match checkpoints {
-                Some(StateRef::F32(v)) => Some(DeviceBuf::upload(v, stream).map_err(be)?),
-                Some(StateRef::BF16(v)) => Some(DeviceBuf::upload(v, stream).map_err(be)?),
-                None => None,
-            },
+            checkpoints: checkpoints.map(|c| upload_state(c, stream)).transpose()?,
         })
     }
 }
 
 /// Writes dense `[tokens, heads, d]` rows into `buf` at the places `view` gives them.
-fn scatter(buf: &mut [bf16], dense: &[bf16], view: View, tokens: usize, heads: usize, d: usize) {
+fn scatter(buf: &mut [u16], dense: &[u16], view: View, tokens: usize, heads: usize, d: usize) {
     for t in 0..tokens {
         for h in 0..heads {
             let (src, dst) = ((t * heads + h) * d, view.row(t, h));
@@ -329,8 +362,8 @@ mod tests {
     #[test]
     fn views_scatter_and_gather() {
         let (tokens, heads, d) = (3, 2, 4);
-        let dense: Vec<bf16> = (0..tokens * heads * d)
-            .map(|i| bf16::from_f32(i as f32))
+        let dense: Vec<u16> = (0..tokens * heads * d)
+            .map(|i| half::bf16::from_f32(i as f32).to_bits())
             .collect();
         let v = View {
             offset: 8,
@@ -341,10 +374,10 @@ mod tests {
         scatter(&mut buf, &dense, v, tokens, heads, d);
         assert_eq!(buf[8..12], dense[0..4]);
         assert_eq!(buf[8 + 16 + 5..8 + 16 + 9], dense[12..16]);
-        let mut out = vec![bf16::ZERO; dense.len()];
+        let mut out = vec![0u16; dense.len()];
         gather(&mut buf.clone(), &mut out, v, [tokens, heads, d]).unwrap();
         assert_eq!(out, dense);
-        buf[12] = bf16::ZERO; // between head 0 and head 1 of token 0
+        buf[12] = 0; // between head 0 and head 1 of token 0
         let e = gather(&mut buf, &mut out, v, [tokens, heads, d]).unwrap_err();
         assert!(e.contains("1 elements") && e.contains("element 12"), "{e}");
     }

@@ -10,6 +10,15 @@ precomputed gates (``g`` or ``alpha`` with ``beta``), ``use_qk_l2norm_in_kernel`
 state pools updated in place (``state_indices``, MTP ``update_pool`` / ``num_accepted_tokens``), padding rules
 (``pad``), ``has_initial_state``, prefill checkpoints and int32 ``cu_seqlens``.
 
+Dtypes (math in fp32 throughout):
+  * q, k, v, a, b: bfloat16 (the definitions) or float16, all five the same; ``output`` has their dtype, and so
+    does a 16-bit ``beta`` (float32 or the activations' dtype, as FLA passes it).
+  * the state (``state``, ``new_state``, a pool, MTP's ``initial_state``): float32, bfloat16 or float16, stored
+    in that dtype; ``checkpoints`` in the state's dtype or float32; ``intermediate_states_buffer`` float32;
+    ``A_log``, ``dt_bias``, ``g``, ``alpha`` float32. bfloat16 and float16 states never mix in one call.
+  A tensor of another dtype raises ``TypeError`` naming it (for a mismatch, the one that differs from q or
+  from the state).
+
 Tensors:
   * torch CUDA tensors: zero-copy; the kernels are launched on ``torch.cuda.current_stream(device)`` of the
     tensors' device, without host synchronisation. When every output is passed, nothing is allocated, so a
@@ -23,7 +32,8 @@ Tensors:
     head strides whose last dimension is contiguous (slices of a fused projection, e.g. vLLM's ``mixed_qkv``),
     passed to the kernels as strides; every other tensor must be contiguous (a state pool may have a larger
     row stride). Any other layout is refused, never copied.
-  * torch CPU tensors and NumPy arrays (bf16 through ``ml_dtypes.bfloat16``): gdn's multithreaded CPU backend,
+  * torch CPU tensors and NumPy arrays (bf16 through ``ml_dtypes.bfloat16``; fp16 is NumPy's ``float16``): gdn's
+    multithreaded CPU backend,
     or for in-kernel q/k norm, k-first states, decode/prefill pools, spec-decode slots and checkpoints (which
     that backend does not implement) gdn's float64 reference, slower; here the values of ``cu_seqlens`` and
     of every index tensor are validated too.
@@ -196,10 +206,10 @@ def _serving_doc(f):
 _SERVING_DOC = """
     Serving (keyword-only; defaults keep the definition's semantics):
         g: ``[.., HV]`` float32 log-space decay, or alpha: the linear decay ``exp(g)`` (float32; not both).
-            With either, beta ``[.., HV]`` (float32 or bfloat16, post-sigmoid) is required and ``A_log, a,
+            With either, beta ``[.., HV]`` (float32, or 16-bit in q's dtype; post-sigmoid) is required and ``A_log, a,
             dt_bias, b`` must be None. Same leading shape as ``a``.
         use_qk_l2norm_in_kernel: normalise q and k per token and head inside
-            (``x / sqrt(sum(x^2) + 1e-6)``, sums in fp32, rounded to bfloat16 before use).
+            (``x / sqrt(sum(x^2) + 1e-6)``, sums in fp32, rounded to q's dtype before use).
         state_layout: "k-last" (``[.., V, K]``, the definitions, vLLM, sglang, FlashInfer) or "k-first"
             (``[.., K, V]``, FLA and HF transformers); applies to every state tensor of the call.
         pad: which pool indices mark padding: "negative" (index < 0; sglang, FlashInfer) or "null-slot"
@@ -218,13 +228,13 @@ def decode(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, scale=None,
     modes.
 
     Args:
-        q, k: ``[B, 1, H, D]`` bfloat16.  v: ``[B, 1, HV, D]`` bfloat16 (HV a multiple of H; D = 128). Each may be
-            a view with contiguous rows (module doc), as ``output`` may.
-        state: ``[B, HV, D, D]`` float32 (or bfloat16), or None for a zero state; with ``state_indices``, the
+        q, k: ``[B, 1, H, D]`` bfloat16 or float16.  v: ``[B, 1, HV, D]`` (q's dtype; HV a multiple of H;
+            D = 128). Each may be a view with contiguous rows (module doc), as ``output`` may.
+        state: ``[B, HV, D, D]`` float32 (or bfloat16 / float16), or None for a zero state; with ``state_indices``, the
             state pool ``[slots, HV, D, D]``, updated in place.
-        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[B, 1, HV]`` bfloat16 (None with precomputed gates).
+        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[B, 1, HV]`` in q's dtype (None with precomputed gates).
         scale: float; None or 0 means ``1/sqrt(D)``.
-        output: optional ``[B, 1, HV, D]`` bfloat16 destination.
+        output: optional ``[B, 1, HV, D]`` destination in q's dtype.
         new_state: optional ``[B, HV, D, D]`` destination with the state's dtype (float32 when state is None);
             may be ``state`` itself (updated in place). With ``state_indices``: None or the pool itself.
         state_indices: ``[B]`` int32 or int64: request b reads and writes pool row ``state_indices[b]`` of
@@ -233,8 +243,8 @@ def decode(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, scale=None,
 {serving}
 
     Returns:
-        ``(output, new_state)`` (``new_state`` is the pool with ``state_indices``). A bfloat16 ``state`` gives a
-        bfloat16 ``new_state`` (math in fp32).
+        ``(output, new_state)`` (``new_state`` is the pool with ``state_indices``). A bfloat16 / float16 ``state``
+        gives a ``new_state`` of its dtype (math in fp32).
     """
     extra, opts = _serving(g, alpha, beta, state_indices, has_initial_state, None, None, None,
                            use_qk_l2norm_in_kernel, state_layout, pad, 0)
@@ -251,16 +261,16 @@ def prefill(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlens
     modes.
 
     Args:
-        q, k: ``[T, H, D]`` bfloat16.  v: ``[T, HV, D]`` bfloat16 (T = total tokens of all sequences). Each may be
-            a view with contiguous rows, e.g. of a fused ``[T, (2H + HV) * D]`` projection (module doc), as
-            ``output`` may.
-        state: ``[N, HV, D, D]`` float32 (or bfloat16) initial states, or None for zeros; with
+        q, k: ``[T, H, D]`` bfloat16 or float16.  v: ``[T, HV, D]`` (q's dtype; T = total tokens of all
+            sequences). Each may be a view with contiguous rows, e.g. of a fused ``[T, (2H + HV) * D]``
+            projection (module doc), as ``output`` may.
+        state: ``[N, HV, D, D]`` float32 (or bfloat16 / float16) initial states, or None for zeros; with
             ``state_indices``, the state pool ``[slots, HV, D, D]``, updated in place.
-        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[T, HV]`` bfloat16 (None with precomputed gates).
+        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[T, HV]`` in q's dtype (None with precomputed gates).
         cu_seqlens: ``[N + 1]`` int64 or int32 sequence boundaries (0 first, non-decreasing, T last), on the
             tensors' device. On CUDA its values are not checked (no host sync).
         scale: float; None or 0 means ``1/sqrt(D)``.
-        output: optional ``[T, HV, D]`` bfloat16 destination.
+        output: optional ``[T, HV, D]`` destination in q's dtype.
         new_state: optional ``[N, HV, D, D]`` destination (may be ``state``: in place). With ``state_indices``:
             None or the pool itself.
         max_seqlen: optional int, the longest sequence's length in tokens when the caller knows it on the
@@ -303,17 +313,17 @@ def mtp(q, k, v, initial_state, initial_state_indices, A_log=None, a=None, dt_bi
     plus the serving modes.
 
     Args:
-        q, k: ``[B, T, H, D]`` bfloat16.  v: ``[B, T, HV, D]`` bfloat16. Each may be a view with contiguous rows
-            whose batch stride is T token strides (module doc), as ``output`` may.
-        initial_state: ``[pool, HV, D, D]`` float32 (or bfloat16) state pool; it may be a view whose rows are
+        q, k: ``[B, T, H, D]`` bfloat16 or float16.  v: ``[B, T, HV, D]`` (q's dtype). Each may be a view with
+            contiguous rows whose batch stride is T token strides (module doc), as ``output`` may.
+        initial_state: ``[pool, HV, D, D]`` float32 (or bfloat16 / float16) state pool; it may be a view whose rows are
             further apart than one state if ``[HV, D, D]`` is dense.
         initial_state_indices: ``[B]`` int32; request b starts from pool row ``initial_state_indices[b]``.
             With ``num_accepted_tokens``: ``[B, T]`` int32 spec-decode slots.
-        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[B, T, HV]`` bfloat16 (None with precomputed gates).
+        A_log, dt_bias: ``[HV]`` float32.  a, b: ``[B, T, HV]`` in q's dtype (None with precomputed gates).
         scale: float; None or 0 means ``1/sqrt(D)``.
         intermediate_states_buffer: optional ``[pool, T, HV, D, D]`` float32; row ``initial_state_indices[b]``
             receives the state after each token of request b (other rows are left as they are).
-        output: optional ``[B, T, HV, D]`` bfloat16 destination.
+        output: optional ``[B, T, HV, D]`` destination in q's dtype.
         update_pool: False (the definition): the pool is not modified and is returned as ``final_state``
             (the same tensor, no copy). True (serving): each request's final state is written back to its
             pool row in place, and indices marked by ``pad`` are padding requests (output rows zero, nothing

@@ -1,5 +1,7 @@
 # Type stubs of gdn (Gated Delta Net kernels). `Tensor` is a torch.Tensor or a NumPy array (bf16 through
-# ml_dtypes.bfloat16); torch CUDA tensors run on the GPU, CPU tensors and arrays on the host.
+# ml_dtypes.bfloat16); torch CUDA tensors run on the GPU, CPU tensors and arrays on the host. Wherever bf16 is
+# written below, fp16 works too: q, k, v, a, b (and so the output, and a 16-bit beta) share one dtype, bfloat16
+# or float16; states are f32, bf16 or fp16 (checkpoints: the state's dtype or f32). Math in fp32.
 from typing import Any, Literal, Optional, Tuple, TypeVar
 
 Tensor = Any

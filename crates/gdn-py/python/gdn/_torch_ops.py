@@ -2,7 +2,9 @@
 give the output shapes without running anything). Import explicitly: `import gdn._torch_ops`, then call
 `torch.ops.gdn.<op>`.
 
-q, k and v may be views with contiguous rows (slices of a fused projection), as in the functions.
+q, k and v may be views with contiguous rows (slices of a fused projection), as in the functions. Dtypes are the
+functions' (q, k, v, a, b bfloat16 or float16; the output in their dtype; states f32, bf16 or fp16): the fake
+implementations allocate the output like `v` and the state output in the state's dtype.
 
 Functional ops (`decode`, `prefill`, `mtp`): outputs are freshly allocated. They take the serving options that
 do not update anything in place — precomputed gates (`g` / `alpha` + `beta`, with `A_log, a, dt_bias, b`
