@@ -105,7 +105,7 @@ print(int(v < (5, 24)))" 2>/dev/null || echo 0)
   gsel=()
   [ -z "${ADAPTERS_K:-}" ] || gsel=(-k "$ADAPTERS_K")
   timeout "${ADAPTERS_GPU_S:-420}" python3 -m pytest -v -p no:cacheprovider -rfEs \
-    crates/gdn-py/tests/test_adapters_gpu.py ${gsel[@]+"${gsel[@]}"} 2>&1 | tee "$OUT/adapters_gpu.log" | tail -80
+    crates/gdn-py/tests/test_adapters_gpu.py crates/gdn-py/tests/test_adapters_gpu_peers.py ${gsel[@]+"${gsel[@]}"} 2>&1 | tee "$OUT/adapters_gpu.log" | tail -80
   r=${PIPESTATUS[0]}
   [ "$r" = 0 ] || arc=$r
   echo "==> adapters: host cost per call"
