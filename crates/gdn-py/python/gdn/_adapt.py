@@ -11,11 +11,13 @@ anything gdn does not compute (float16 activations or states, float32 activation
 torch only: the adapters import this module; ``gdn`` itself does not.
 """
 
+import weakref
+
 import torch
 
 __all__ = [
     "unsupported", "need_bf16", "gate_f32", "beta_dtype", "state_dtype", "dense", "rows", "tokens",
-    "needs_grad", "no_backward", "seq_offsets", "iota", "zeros_f32", "zeros_i32", "host_lengths",
+    "needs_grad", "no_backward", "seq_offsets", "iota", "zeros_f32", "zeros_i32", "host_lengths", "param_f32",
 ]
 
 _BF16 = torch.bfloat16
@@ -66,6 +68,27 @@ def state_dtype(fn, name, x):
             f"{fn}: argument '{name}': state dtype {_dtype_name(x.dtype)} is not supported by gdn "
             "(float32 or bfloat16)")
     return x
+
+
+_PARAMS = {}  # id(param) -> (weakref to param, param._version, float32 contiguous flat copy)
+
+
+def param_f32(fn, name, x):
+    """A_log / dt_bias as gdn takes them: float32, contiguous, flat. vLLM and sglang keep dt_bias in the model dtype
+    (bfloat16): the widened copy is made once per parameter (again after an in-place update) and cached, so decode
+    steps and CUDA-graph captures do not allocate for it."""
+    if x.dtype is _F32 and x.is_contiguous():
+        return x
+    gate_f32(fn, name, x)  # (the dtype check: float32 or bfloat16)
+    if x.is_inference():  # no version counter to tell an in-place update: widened at every call
+        return x.to(_F32).contiguous().view(-1)
+    hit = _PARAMS.get(id(x))
+    if hit is not None and hit[0]() is x and hit[1] == x._version:
+        return hit[2]
+    y = x.detach().to(_F32).contiguous().view(-1)
+    key = id(x)
+    _PARAMS[key] = (weakref.ref(x, lambda _ref, key=key: _PARAMS.pop(key, None)), x._version, y)
+    return y
 
 
 def dense(x):

@@ -38,11 +38,11 @@ What differs, and what raises:
   class does not know.
 """
 
-import weakref
 
 import torch
 
 import gdn as _gdn
+from gdn import _adapt as _ad
 
 __all__ = ["GDNKernel", "patch", "unpatch"]
 
@@ -56,7 +56,7 @@ def _name(fn):
 
 
 def _unsupported(fn, what):
-    return NotImplementedError(f"{_name(fn)}: {what} is not supported by gdn")
+    return _ad.unsupported(_name(fn), what)
 
 
 def _dt(x):
@@ -64,48 +64,23 @@ def _dt(x):
 
 
 def _bf16(fn, name, x):
-    if x.dtype is not _BF16:
-        raise NotImplementedError(
-            f"{_name(fn)}: argument '{name}': dtype {_dt(x)} is not supported by gdn "
-            "(bfloat16 activations only; float16 is not implemented)")
+    """q, k, v, outputs and raw gates: bfloat16 only."""
+    _ad.need_bf16(_name(fn), name, x)
 
 
 def _state(fn, name, x):
-    if x.dtype is not _F32 and x.dtype is not _BF16:
-        raise NotImplementedError(
-            f"{_name(fn)}: argument '{name}': state dtype {_dt(x)} is not supported by gdn (float32 or bfloat16)")
+    _ad.state_dtype(_name(fn), name, x)
 
 
 def _gate(fn, name, x):
-    if x.dtype is _F32:
-        return x
-    if x.dtype is _BF16:
-        return x.float()
-    raise NotImplementedError(
-        f"{_name(fn)}: argument '{name}': dtype {_dt(x)} is not supported by gdn (float32 or bfloat16)")
+    """A float32 operand: bfloat16 widened (exact); float16 raises."""
+    return _ad.gate_f32(_name(fn), name, x)
 
-
-_PARAMS = {}  # id(param) -> (weakref to param, param._version, float32 contiguous copy)
 
 
 def _param_f32(fn, name, x):
-    """A_log / dt_bias as gdn takes them (float32, contiguous). sglang's Qwen3-Next / Qwen3.5 layers keep dt_bias in
-    the model dtype (bfloat16): the widened copy is made once per parameter (again after an in-place update) and
-    cached, so decode steps and CUDA-graph captures do not allocate for it."""
-    if x.dtype is _F32 and x.is_contiguous():
-        return x
-    if x.dtype is not _F32 and x.dtype is not _BF16:
-        raise NotImplementedError(
-            f"{_name(fn)}: argument '{name}': dtype {_dt(x)} is not supported by gdn (float32 or bfloat16)")
-    if x.is_inference():  # no version counter to tell an in-place update: widened at every call
-        return x.to(_F32).contiguous().view(-1)
-    hit = _PARAMS.get(id(x))
-    if hit is not None and hit[0]() is x and hit[1] == x._version:
-        return hit[2]
-    y = x.detach().to(_F32).contiguous().view(-1)
-    key = id(x)
-    _PARAMS[key] = (weakref.ref(x, lambda _ref, key=key: _PARAMS.pop(key, None)), x._version, y)
-    return y
+    """A_log / dt_bias: float32, contiguous, flat; a bfloat16 parameter widened once and cached (_adapt.param_f32)."""
+    return _ad.param_f32(_name(fn), name, x)
 
 
 def _flat(x):

@@ -40,11 +40,11 @@ What differs, and what raises:
   ``scale=0`` (gdn reads 0 as ``1/sqrt(K)``), autograd (inputs requiring grad while grad is enabled).
 """
 
-import weakref
 
 import torch
 
 import gdn as _gdn
+from gdn import _adapt as _ad
 
 __all__ = [
     "chunk_gated_delta_rule",
@@ -69,7 +69,7 @@ def _name(fn):
 
 
 def _unsupported(fn, what):
-    return NotImplementedError(f"{_name(fn)}: {what} is not supported by gdn")
+    return _ad.unsupported(_name(fn), what)
 
 
 def _dt(x):
@@ -78,56 +78,26 @@ def _dt(x):
 
 def _bf16(fn, name, x):
     """q, k, v, outputs and raw gates: bfloat16 only."""
-    if x.dtype is not _BF16:
-        raise NotImplementedError(
-            f"{_name(fn)}: argument '{name}': dtype {_dt(x)} is not supported by gdn "
-            "(bfloat16 activations only; float16 is not implemented)")
+    _ad.need_bf16(_name(fn), name, x)
 
 
 def _state(fn, name, x):
-    if x.dtype is not _F32 and x.dtype is not _BF16:
-        raise NotImplementedError(
-            f"{_name(fn)}: argument '{name}': state dtype {_dt(x)} is not supported by gdn (float32 or bfloat16)")
+    _ad.state_dtype(_name(fn), name, x)
 
 
 def _gate_f32(fn, name, x):
-    """A float32 operand (log decay g): bfloat16 widened (exact); float16 raises."""
-    if x.dtype is _F32:
-        return x
-    if x.dtype is _BF16:
-        return x.float()
-    raise NotImplementedError(
-        f"{_name(fn)}: argument '{name}': dtype {_dt(x)} is not supported by gdn (float32 or bfloat16)")
+    """A float32 operand: bfloat16 widened (exact); float16 raises."""
+    return _ad.gate_f32(_name(fn), name, x)
 
 
 def _beta(fn, name, x):
-    if x.dtype is not _F32 and x.dtype is not _BF16:
-        raise NotImplementedError(
-            f"{_name(fn)}: argument '{name}': dtype {_dt(x)} is not supported by gdn (float32 or bfloat16)")
-    return x
+    return _ad.beta_dtype(_name(fn), name, x)
 
-
-_PARAMS = {}  # id(param) -> (weakref to param, param._version, float32 contiguous copy)
 
 
 def _param_f32(fn, name, x):
-    """A_log / dt_bias as gdn takes them: float32 and contiguous. vLLM keeps dt_bias in the model dtype
-    (bfloat16): the widened copy is made once per parameter (and again after an in-place update) and cached,
-    so a decode step (or a CUDA-graph capture) does not allocate for it."""
-    if x.dtype is _F32 and x.is_contiguous():
-        return x
-    if x.dtype is not _F32 and x.dtype is not _BF16:
-        raise NotImplementedError(
-            f"{_name(fn)}: argument '{name}': dtype {_dt(x)} is not supported by gdn (float32 or bfloat16)")
-    if x.is_inference():  # no version counter to tell an in-place update: widened at every call
-        return x.to(_F32).contiguous().view(-1)
-    hit = _PARAMS.get(id(x))
-    if hit is not None and hit[0]() is x and hit[1] == x._version:
-        return hit[2]
-    y = x.detach().to(_F32).contiguous().view(-1)
-    key = id(x)
-    _PARAMS[key] = (weakref.ref(x, lambda _ref, key=key: _PARAMS.pop(key, None)), x._version, y)
-    return y
+    """A_log / dt_bias: float32, contiguous, flat; a bfloat16 parameter widened once and cached (_adapt.param_f32)."""
+    return _ad.param_f32(_name(fn), name, x)
 
 
 def _flat(x):
