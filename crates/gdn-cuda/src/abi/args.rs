@@ -200,17 +200,9 @@ impl RecurrentArgs {
         let sv = &self.serving;
         if sv.layout == StateLayout::KFirst {
             Build::KFirst
-        } else if sv.gates != GateMode::Raw
-            || sv.qk_l2norm
-            || sv.pad != PadRule::Negative
-            || sv.pool_indices != 0
-            || sv.has_initial != 0
-            || sv.num_accepted != 0
-            || sv.state_row_stride != 0
-            || sv.act_strides.is_some()
-            || sv.act_f16
-            || sv.state_f16
-        {
+        } else if sv.is_active() || sv.pad != PadRule::Negative {
+            // (the pad rule also applies to MTP's definition-mode state_indices; checkpoints and int32 offsets,
+            // the prefill-only modes in is_active, are refused for decode / MTP by validate_serving)
             Build::Serving
         } else {
             Build::Definition
