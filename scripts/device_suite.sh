@@ -14,12 +14,12 @@
 #                T and N gets: no longest-sequence hint)
 #   5c. serving  gdn bench --backend cuda --serving       (serving modes beside the definition mode)
 #   6. memcheck  compute-sanitizer --tool memcheck  on gdn check --quick --backend cuda
-#   7. racecheck compute-sanitizer --tool racecheck on gdn check --quick --backend cuda --op prefill
-#                (the only kernels with shared memory; the recurrent kernels use none)
+#   7. racecheck compute-sanitizer --tool racecheck on gdn check --quick --backend cuda (RACE_OPS, default all:
+#                the prefill kernels and the K-first decode / MTP kernels use shared memory)
 # Files under $OUT (at most 8, flat): summary.txt, check.json, bench.json, bench_blind.json,
 # bench_serving.json, logs.tar.gz.
 # Prints a short summary last. Exit code: 0 when every step passed.
-# Knobs (environment): GDN (binary), SMOKE, STEPS (e.g. "kernels check"), CHECK_ARGS, BENCH_ARGS,
+# Knobs (environment): GDN (binary), SMOKE, STEPS (e.g. "kernels check"), CHECK_ARGS, BENCH_ARGS, RACE_OPS,
 # T_<STEP> (seconds per step; defaults below), GDN_CACHE_DIR (NVRTC cache; shared by all steps).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,7 @@ GDN=${GDN:-target/release/gdn}
 SMOKE=${SMOKE:-target/release/gdn-cuda-smoke}
 STEPS=${STEPS:-"env kernels smoke check bench blind serving memcheck racecheck"}
 CHECK_ARGS=${CHECK_ARGS:-}
+RACE_OPS=${RACE_OPS:-all}
 BENCH_ARGS=${BENCH_ARGS:-}
 export GDN_CACHE_DIR=${GDN_CACHE_DIR:-/tmp/gdn-cache}
 LOGS=$(mktemp -d)
@@ -95,8 +96,8 @@ if has memcheck; then
         "$GDN" check --quick --backend cuda
 fi
 if has racecheck; then
-    step racecheck "${T_RACECHECK:-240}" "$SAN" --tool racecheck --error-exitcode "$SAN_RC" \
-        "$GDN" check --quick --backend cuda --op prefill
+    step racecheck "${T_RACECHECK:-400}" "$SAN" --tool racecheck --error-exitcode "$SAN_RC" \
+        "$GDN" check --quick --backend cuda --op "$RACE_OPS"
 fi
 
 tar -czf "$OUT/logs.tar.gz" -C "$LOGS" . 2>/dev/null

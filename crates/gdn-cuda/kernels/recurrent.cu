@@ -51,7 +51,10 @@
 //   SV_QK_NORM   q and k of each (token, q/k head) are L2-normalised before use: the fp32 sum of squares of
 //                all 128 values is reduced over lanes that together hold the row (k-last: the row's lanes with
 //                the dot products' butterfly; K-first: each warp, 4 values a lane, loaded for it), and every
-//                value is used as bf16(x * rsqrt(sum + 1e-6)) (the rounding the reference applies).
+//                value is used as x * rsqrt(sum + 1e-6) rounded to the activation dtype (the reference's rounding).
+//   SV_ACT_F16   q, k, v, out, raw a / b and a 16-bit beta are fp16: the serving kernels of the fp16 build
+//                (GDN_REC_ACT_F16, module `recurrent_f16`, same names) convert each value exactly to fp32.
+//   SV_STATE_F16 16-bit states are fp16 (a select per state value at the loads and stores).
 //   pool_indices decode pools: request b reads and writes row pool_indices[b] (i32, or i64 with SV_INDEX_I64)
 //                of state / new_state (in place: both point at the pool). state_indices must then be NULL.
 //   has_initial  has_initial[b] == 0: the request starts from zeros (its row is not read) and still writes.
@@ -71,6 +74,8 @@
 //   _sv          every serving mode, k-last state; the same launch as the kernel without the suffix. It also
 //                computes definition-mode calls (an all-zero block).
 //   _kf          every serving mode, K-first state.
+//   The `_sv` and `_kf` kernels are compiled twice: bf16 activations (module `recurrent`, with the definition
+//   kernels) and fp16 activations (GDN_REC_ACT_F16: module `recurrent_f16`, these kernels only, same names).
 //
 // ---------------------------------------------------------------------------------------------------------
 // Grid / block mapping (every kernel in this file; the K-first thread mapping is below):
@@ -451,23 +456,7 @@ __device__ __forceinline__ void load_tok(TokRaw<C, RPT>& x, const RecurrentParam
     if constexpr (!SV) vp = reinterpret_cast<const __nv_bfloat16*>(p.v) + bth * KD + row0;
     ldg_bf16_run<RPT>(x.v, vp);
     load_gates(x.a, x.b, p, bth, SV ? p.serving.flags : 0);
-    if constexpr (SV) {
-        const int flags = p.serving.flags;
-        if (flags & SV_ACT_F16) {  // fp16 inputs become bf16 words here, so that the token math keeps one conversion
-                                   // path (a select per value spilled on sm_100); the wait is paid by fp16 calls only
-#pragma unroll
-            for (int c = 0; c < C::NC; ++c)
-#pragma unroll
-                for (int i = 0; i < C::QW; ++i) {
-                    x.q[c][i] = sv_f16x2_to_bf16x2(x.q[c][i]);
-                    x.k[c][i] = sv_f16x2_to_bf16x2(x.k[c][i]);
-                }
-#pragma unroll
-            for (int i = 0; i < C::VW; ++i) x.v[i] = sv_f16x2_to_bf16x2(x.v[i]);
-            if ((flags & SV_GATE_MASK) == 0) x.a = sv_f16x2_to_bf16x2(x.a);
-            if ((flags & SV_GATE_MASK) == 0 || (flags & SV_BETA_BF16)) x.b = sv_f16x2_to_bf16x2(x.b);
-        }
-    }
+
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -522,14 +511,17 @@ __device__ __forceinline__ i64 serving_row(const RecurrentParams& p, i64 bq, int
 // HINT  0: default caching; 1: state loads / state + intermediate stores with the .cs (evict-first) hint.
 // MODE  0: the definitions (the serving block is not read: every serving branch below folds away at compile
 //          time, so these kernels are exactly the definition-mode code); 1: serving modes, k-last state.
-template <int SBYTES, int VEC, int RPT, int WARPS, int TFIX, int ORDER, int HINT, int MODE>
+template <int SBYTES, int VEC, int RPT, int WARPS, int TFIX, int ORDER, int HINT, int MODE, bool AF16 = false>
 __device__ __forceinline__ void recurrent_body(const RecurrentParams& p) {
     static_assert(MODE == 0 || MODE == 1, "K-first calls run kfirst_body");
     constexpr bool SV = MODE != 0;
     using C = Cfg<SBYTES, VEC, RPT, WARPS>;
     const ServingParams& sv = p.serving;
     const int flags = SV ? sv.flags : 0;
-    const bool af16 = (flags & SV_ACT_F16) != 0, sf16 = (flags & SV_STATE_F16) != 0;  // (serving) fp16 tensors
+    // fp16 activations: the fp16 build's kernels (GDN_REC_ACT_F16), so each 16-bit value takes exactly one
+    // conversion; fp16 states: a run-time flag (one select per state value, at the loads and stores only)
+    constexpr bool af16 = AF16;
+    const bool sf16 = (flags & SV_STATE_F16) != 0;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int grp = lane / C::LPR;                  // row group inside the warp
@@ -629,12 +621,12 @@ __device__ __forceinline__ void recurrent_body(const RecurrentParams& p) {
 #pragma unroll
             for (int e = 0; e < C::CW; ++e) {
                 const u32 kw = cur.k[c][e >> 1], qw = cur.q[c][e >> 1];
-                kf[c * C::CW + e] = (e & 1) ? bf_hi(kw) : bf_lo(kw);
-                qf[c * C::CW + e] = (e & 1) ? bf_hi(qw) : bf_lo(qw);
+                kf[c * C::CW + e] = (e & 1) ? h_hi(kw, af16) : h_lo(kw, af16);
+                qf[c * C::CW + e] = (e & 1) ? h_hi(qw, af16) : h_lo(qw, af16);
             }
         if (flags & SV_QK_NORM) {
             // the row's LPR lanes hold the whole q/k head: fp32 sums of squares over the same butterfly,
-            // then x -> bf16(x * rsqrt(sum + eps)), the values the reference uses
+            // then x -> x * rsqrt(sum + eps) rounded to the activation dtype, the values the reference uses
             float ssk = 0.f, ssq = 0.f;
 #pragma unroll
             for (int e = 0; e < VEC; ++e) { ssk = fmaf(kf[e], kf[e], ssk); ssq = fmaf(qf[e], qf[e], ssq); }
@@ -646,9 +638,10 @@ __device__ __forceinline__ void recurrent_body(const RecurrentParams& p) {
             const float rk = rsqrtf(ssk + SV_QK_NORM_EPS), rq = rsqrtf(ssq + SV_QK_NORM_EPS);
 #pragma unroll
             for (int e = 0; e < VEC; e += 2) {
-                const u32 kw = bf_pack(kf[e] * rk, kf[e + 1] * rk), qw = bf_pack(qf[e] * rq, qf[e + 1] * rq);
-                kf[e] = bf_lo(kw); kf[e + 1] = bf_hi(kw);
-                qf[e] = bf_lo(qw); qf[e + 1] = bf_hi(qw);
+                const u32 kw = h_pack(kf[e] * rk, kf[e + 1] * rk, af16);
+                const u32 qw = h_pack(qf[e] * rq, qf[e + 1] * rq, af16);
+                kf[e] = h_lo(kw, af16); kf[e + 1] = h_hi(kw, af16);
+                qf[e] = h_lo(qw, af16); qf[e + 1] = h_hi(qw, af16);
             }
         }
         // partial dot products: red[2i] = S_i·k, red[2i+1] = S_i·q, red[2*RPT] = k·q
@@ -684,18 +677,18 @@ __device__ __forceinline__ void recurrent_body(const RecurrentParams& p) {
         // first made the chain serial with the reductions and B <= 16 3-7% slower.
         float g, beta;
         if (gate_mode == 0) {
-            g = __expf(gdn_log_decay(bf_lo(cur.a), dt_b, a_log));
-            beta = gdn_beta(bf_lo(cur.b));
+            g = __expf(gdn_log_decay(h_lo(cur.a, af16), dt_b, a_log));
+            beta = gdn_beta(h_lo(cur.b, af16));
         } else {
             const float gv = __uint_as_float(cur.a);
             g = gate_mode == SV_GATE_LINEAR ? gv : __expf(gv);
-            beta = (flags & SV_BETA_BF16) ? bf_lo(cur.b) : __uint_as_float(cur.b);
+            beta = (flags & SV_BETA_BF16) ? h_lo(cur.b, af16) : __uint_as_float(cur.b);
         }
         const float kq = red[2 * RPT];
         float o[RPT];
 #pragma unroll
         for (int i = 0; i < RPT; ++i) {
-            const float vv = (i & 1) ? bf_hi(cur.v[i >> 1]) : bf_lo(cur.v[i >> 1]);
+            const float vv = (i & 1) ? h_hi(cur.v[i >> 1], af16) : h_lo(cur.v[i >> 1], af16);
             const float delta = beta * (vv - g * red[2 * i]);
             o[i] = p.scale * fmaf(delta, kq, g * red[2 * i + 1]);
 #pragma unroll
@@ -743,10 +736,18 @@ __device__ __forceinline__ void recurrent_body(const RecurrentParams& p) {
 namespace gdn_rec {
 
 // The serving builds: MODE 1 k-last (recurrent_body), MODE 2 K-first (kfirst_body).
+// The fp16-activation build (GDN_REC_ACT_F16, module `recurrent_f16`) compiles the serving kernels with every 16-bit
+// input converted exactly to fp32 as fp16 (SV_ACT_F16 calls run it); the default build converts them as bf16. A
+// module of its own: the bf16 kernels keep their code and registers, and only fp16 callers compile it.
+#ifdef GDN_REC_ACT_F16
+#define GDN_REC_AF16 true
+#else
+#define GDN_REC_AF16 false
+#endif
 template <int SBYTES, int VEC, int RPT, int WARPS, int TFIX, int ORDER, int HINT, int MODE>
 __device__ __forceinline__ void serving_body(const RecurrentParams& p) {
-    if constexpr (MODE == 2) kfirst_body<SBYTES, VEC, RPT, WARPS, TFIX, ORDER>(p);
-    else recurrent_body<SBYTES, VEC, RPT, WARPS, TFIX, ORDER, HINT, MODE>(p);
+    if constexpr (MODE == 2) kfirst_body<SBYTES, VEC, RPT, WARPS, TFIX, ORDER, GDN_REC_AF16>(p);
+    else recurrent_body<SBYTES, VEC, RPT, WARPS, TFIX, ORDER, HINT, MODE, GDN_REC_AF16>(p);
 }
 
 }  // namespace gdn_rec
@@ -772,6 +773,7 @@ __device__ __forceinline__ void serving_body(const RecurrentParams& p) {
 #define GDN_REC_EXPORT(ST, SBYTES, TT, TFIX, VEC, RPT, WARPS) \
     GDN_REC_EXPORT_EX(ST, SBYTES, TT, TFIX, VEC, RPT, WARPS, 0, 0, )
 
+#ifndef GDN_REC_ACT_F16
 GDN_REC_EXPORT(f32, 4, t1, 1, 4, 2, 8)
 GDN_REC_EXPORT(f32, 4, t1, 1, 4, 2, 4)
 GDN_REC_EXPORT(f32, 4, t1, 1, 8, 4, 4)
@@ -783,6 +785,7 @@ GDN_REC_EXPORT(f32, 4, tn, 0, 8, 4, 2)
 GDN_REC_EXPORT_EX(f32, 4, tn, 0, 8, 4, 2, 1, 0, _lin)
 GDN_REC_EXPORT(bf16, 2, tn, 0, 4, 4, 2)
 GDN_REC_EXPORT_EX(bf16, 2, tn, 0, 4, 4, 2, 1, 0, _lin)
+#endif  // the definition build: not in the fp16-activation module
 // serving builds, k-last state: the same launches as the definition kernels above
 GDN_REC_EXPORT_MODE(f32, 4, t1, 1, 4, 2, 8, 0, 0, _sv, 1)
 GDN_REC_EXPORT_MODE(f32, 4, t1, 1, 4, 2, 4, 0, 0, _sv, 1)

@@ -63,27 +63,9 @@ __device__ __forceinline__ void load_tok_kf(KfTok<C>& x, const RecurrentParams& 
         ldg_words<2>(x.nk, kp + lane * 4);
     }
     load_gates(x.a, x.b, p, bt * p.num_v_heads + h, flags);
-    if (flags & SV_ACT_F16) {  // fp16 inputs become bf16 words here, so that the token loop keeps one conversion path
-                               // (its registers: a select per value spilled the bf16 _lin kernel); the wait on these
-                               // loads is paid by fp16 calls only
-#pragma unroll
-        for (int i = 0; i < C::QW; ++i) {
-            x.q[i] = sv_f16x2_to_bf16x2(x.q[i]);
-            x.k[i] = sv_f16x2_to_bf16x2(x.k[i]);
-        }
-#pragma unroll
-        for (int i = 0; i < C::VW; ++i) x.v[i] = sv_f16x2_to_bf16x2(x.v[i]);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            x.nq[i] = sv_f16x2_to_bf16x2(x.nq[i]);
-            x.nk[i] = sv_f16x2_to_bf16x2(x.nk[i]);
-        }
-        if ((flags & SV_GATE_MASK) == 0) x.a = sv_f16x2_to_bf16x2(x.a);
-        if ((flags & SV_GATE_MASK) == 0 || (flags & SV_BETA_BF16)) x.b = sv_f16x2_to_bf16x2(x.b);
-    }
 }
 
-template <int SBYTES, int KR, int CW_, int NW, int TFIX, int ORDER>
+template <int SBYTES, int KR, int CW_, int NW, int TFIX, int ORDER, bool AF16>
 __device__ __forceinline__ void kfirst_body(const RecurrentParams& p) {
     using C = KfCfg<SBYTES, KR, NW>;
     constexpr int CW = C::CW;
@@ -92,7 +74,8 @@ __device__ __forceinline__ void kfirst_body(const RecurrentParams& p) {
     __shared__ __align__(16) float red_s[2][C::BUF];
     const ServingParams& sv = p.serving;
     const int flags = sv.flags;
-    const bool af16 = (flags & SV_ACT_F16) != 0, sf16 = (flags & SV_STATE_F16) != 0;  // fp16 tensors
+    constexpr bool af16 = AF16;                       // fp16 activations: the fp16 build (GDN_REC_ACT_F16)
+    const bool sf16 = (flags & SV_STATE_F16) != 0;    // fp16 states: a select at the state loads and stores
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int kg = lane / C::LV;                    // K group inside the warp
@@ -172,17 +155,18 @@ __device__ __forceinline__ void kfirst_body(const RecurrentParams& p) {
         float kf[KR], qf[KR];
 #pragma unroll
         for (int r = 0; r < KR; ++r) {
-            kf[r] = (r & 1) ? bf_hi(cur.k[r >> 1]) : bf_lo(cur.k[r >> 1]);
-            qf[r] = (r & 1) ? bf_hi(cur.q[r >> 1]) : bf_lo(cur.q[r >> 1]);
+            kf[r] = (r & 1) ? h_hi(cur.k[r >> 1], af16) : h_lo(cur.k[r >> 1], af16);
+            qf[r] = (r & 1) ? h_hi(cur.q[r >> 1], af16) : h_lo(cur.q[r >> 1], af16);
         }
         if (flags & SV_QK_NORM) {
             // the warp's 32 lanes hold the whole q/k row 4 values each: fp32 sums of squares over the warp,
-            // then x -> bf16(x * rsqrt(sum + eps)) on the thread's own KR values (the reference's rounding)
+            // then x -> x * rsqrt(sum + eps) rounded to the activation dtype on the thread's own KR values (the
+            // reference's rounding)
             float ssk = 0.f, ssq = 0.f;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const float xk = (e & 1) ? bf_hi(cur.nk[e >> 1]) : bf_lo(cur.nk[e >> 1]);
-                const float xq = (e & 1) ? bf_hi(cur.nq[e >> 1]) : bf_lo(cur.nq[e >> 1]);
+                const float xk = (e & 1) ? h_hi(cur.nk[e >> 1], af16) : h_lo(cur.nk[e >> 1], af16);
+                const float xq = (e & 1) ? h_hi(cur.nq[e >> 1], af16) : h_lo(cur.nq[e >> 1], af16);
                 ssk = fmaf(xk, xk, ssk);
                 ssq = fmaf(xq, xq, ssq);
             }
@@ -194,9 +178,10 @@ __device__ __forceinline__ void kfirst_body(const RecurrentParams& p) {
             const float rk = rsqrtf(ssk + SV_QK_NORM_EPS), rq = rsqrtf(ssq + SV_QK_NORM_EPS);
 #pragma unroll
             for (int r = 0; r < KR; r += 2) {
-                const u32 kw = bf_pack(kf[r] * rk, kf[r + 1] * rk), qw = bf_pack(qf[r] * rq, qf[r + 1] * rq);
-                kf[r] = bf_lo(kw); kf[r + 1] = bf_hi(kw);
-                qf[r] = bf_lo(qw); qf[r + 1] = bf_hi(qw);
+                const u32 kw = h_pack(kf[r] * rk, kf[r + 1] * rk, af16);
+                const u32 qw = h_pack(qf[r] * rq, qf[r + 1] * rq, af16);
+                kf[r] = h_lo(kw, af16); kf[r + 1] = h_hi(kw, af16);
+                qf[r] = h_lo(qw, af16); qf[r + 1] = h_hi(qw, af16);
             }
         }
         // partial sums over the thread's KR rows: red[c] = S·k, red[CW+c] = S·q of column col0+c, red[2CW] = k·q
@@ -241,12 +226,12 @@ __device__ __forceinline__ void kfirst_body(const RecurrentParams& p) {
         // gates (every thread computes its head's), while the other warps reach the barrier
         float g, beta;
         if (gate_mode == 0) {
-            g = __expf(gdn_log_decay(bf_lo(cur.a), dt_b, a_log));
-            beta = gdn_beta(bf_lo(cur.b));
+            g = __expf(gdn_log_decay(h_lo(cur.a, af16), dt_b, a_log));
+            beta = gdn_beta(h_lo(cur.b, af16));
         } else {
             const float gv = __uint_as_float(cur.a);
             g = gate_mode == SV_GATE_LINEAR ? gv : __expf(gv);
-            beta = (flags & SV_BETA_BF16) ? bf_lo(cur.b) : __uint_as_float(cur.b);
+            beta = (flags & SV_BETA_BF16) ? h_lo(cur.b, af16) : __uint_as_float(cur.b);
         }
         __syncthreads();
         float u[CW], kq = 0.f;
@@ -267,7 +252,7 @@ __device__ __forceinline__ void kfirst_body(const RecurrentParams& p) {
         float delta[CW];
 #pragma unroll
         for (int c = 0; c < CW; ++c) {
-            const float vv = (c & 1) ? bf_hi(cur.v[c >> 1]) : bf_lo(cur.v[c >> 1]);
+            const float vv = (c & 1) ? h_hi(cur.v[c >> 1], af16) : h_lo(cur.v[c >> 1], af16);
             delta[c] = beta * (vv - g * u[c]);
         }
 #pragma unroll

@@ -342,7 +342,23 @@ mod table {
         let sv_dp = ModuleBuild {
             device_plan: true,
             serving: true,
+            ..ModuleBuild::default()
         };
+        let f16 = ModuleBuild {
+            act_f16: true,
+            ..ModuleBuild::default()
+        };
+        assert_eq!(build_module(&RECURRENT, f16), Some(&RECURRENT_F16));
+        assert_eq!(build_module(&PREFILL, f16), None);
+        assert_eq!(build_base(&RECURRENT_F16), Some(&RECURRENT));
+        assert!(module_variants(&RECURRENT_F16).all(|v| in_recurrent_f16(v.name)));
+        assert_eq!(
+            module_variants(&RECURRENT_F16).count(),
+            module_variants(&RECURRENT)
+                .filter(|v| v.name.ends_with("_sv") || v.name.ends_with("_kf"))
+                .count()
+        );
+        assert!(module_variants(&RECURRENT_F16).count() >= 19);
         assert_eq!(build_module(&PREFILL, sv_dp), Some(&PREFILL_SV_DP));
         assert_eq!(build_module(&PREFILL_SV, sv_dp), None);
         assert_eq!(build_base(&PREFILL64_WIDE_SV), Some(&PREFILL64_WIDE));
@@ -412,7 +428,7 @@ mod table {
                 .collect()
         };
         for name in ["sm_80", "sm_86", "sm_89"] {
-            assert_eq!(ids(name), ["recurrent"], "{name}");
+            assert_eq!(ids(name), ["recurrent", "recurrent_f16"], "{name}");
         }
         for name in ["sm_90", "sm_100", "sm_100a", "sm_100f", "sm_120", "sm_130"] {
             assert_eq!(
@@ -420,6 +436,7 @@ mod table {
                 [
                     "recurrent",
                     "prefill",
+                    "recurrent_f16",
                     "prefill_dp",
                     "prefill_sv",
                     "prefill_sv_dp"

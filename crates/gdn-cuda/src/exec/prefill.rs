@@ -68,8 +68,8 @@ impl KernelSet {
         args.validate_plan(plan)?;
         // a call in any serving mode runs the serving builds (registry::PREFILL_SV …); definition calls the default
         let build = ModuleBuild {
-            device_plan: false,
             serving: args.serving.is_active(),
+            ..ModuleBuild::default()
         };
         match plan {
             PrefillPlan::Fused { variant } => {

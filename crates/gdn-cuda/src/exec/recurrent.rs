@@ -1,6 +1,6 @@
 //! Decode and MTP calls: one recurrent kernel launch, chosen by the policy for the arguments' shape and the
 //! build their serving modes need (`RecurrentArgs::build`: the definition kernels, their `_sv` builds, or the
-//! K-first `_kf` kernels).
+//! K-first `_kf` kernels), from the recurrent module or, for fp16 activations, its fp16 build (`recurrent_f16`).
 
 use crate::abi::args::RecurrentArgs;
 use crate::abi::params::RecurrentParams;
@@ -27,9 +27,13 @@ impl KernelSet {
         let choice =
             select::choose_recurrent(&args.shape(), &self.caps, self.env_override(), args.build())?;
         let params = args.params();
+        let build = ModuleBuild {
+            act_f16: args.serving.act_f16,
+            ..ModuleBuild::default()
+        };
         self.launch(
             &choice,
-            ModuleBuild::default(),
+            build,
             &params as *const RecurrentParams as *mut c_void,
             stream,
         )?;

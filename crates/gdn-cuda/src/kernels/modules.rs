@@ -128,6 +128,21 @@ pub const RECURRENT: Module = Module {
     arches: Arches::From(80),
 };
 
+/// recurrent.cu with `GDN_REC_ACT_F16`: its serving kernels (`_sv`, `_kf`) under the same names, reading and writing fp16
+/// activations (each value converted exactly to fp32). A module of its own, compiled when an fp16 call first needs it:
+/// the bf16 kernels keep their code and registers.
+pub const RECURRENT_F16: Module = Module {
+    id: "recurrent_f16",
+    source: "recurrent.cu",
+    defines: &["GDN_REC_ACT_F16=1"],
+    arches: RECURRENT.arches,
+};
+
+/// Whether `RECURRENT_F16` exports kernel `name` (its serving kernels only).
+pub fn in_recurrent_f16(name: &str) -> bool {
+    name.ends_with("_sv") || name.ends_with("_kf")
+}
+
 /// prefill_fused.cu with its default producer warps per variant. Its math (`mma.sync`, `ldmatrix`) and its loads
 /// (`cp.async`) are Ampere's, but its warps hand tiles over on mbarriers waited with `mbarrier.try_wait.parity` and it
 /// runs under programmatic dependent launch (`griddepcontrol`): Hopper features, which later GPUs keep.
@@ -222,11 +237,13 @@ pub const PREFILL64_WIDE_SV_DP: Module = Module {
     arches: PREFILL64.arches,
 };
 
-/// Which build of a module a call runs: the device plan's (`device_plan`) and / or the serving build (`serving`).
+/// Which build of a module a call runs: the device plan's (`device_plan`) and / or the serving build (`serving`) of
+/// a prefill module; the fp16-activation build (`act_f16`) of the recurrent module.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ModuleBuild {
     pub device_plan: bool,
     pub serving: bool,
+    pub act_f16: bool,
 }
 
 /// Each module with builds: (the default build, device plan, serving, serving + device plan).
@@ -243,17 +260,31 @@ const BUILDS: [(&Module, [&Module; 3]); 3] = [
     ),
 ];
 
-/// The builds of module `m` (device plan, serving, serving + device plan), or None: `m` has none.
-pub fn builds_of(m: &Module) -> Option<[&'static Module; 3]> {
+/// The builds of module `m` other than itself (prefill: device plan, serving, serving + device plan; recurrent: fp16
+/// activations); empty: `m` has none.
+pub fn builds_of(m: &Module) -> Vec<&'static Module> {
+    if m.id == RECURRENT.id {
+        return vec![&RECURRENT_F16];
+    }
     BUILDS
         .into_iter()
         .find(|(base, _)| base.id == m.id)
-        .map(|(_, b)| b)
+        .map_or_else(Vec::new, |(_, b)| b.to_vec())
 }
 
-/// Build `b` of module `m` (`m` itself for the default build; None: `m` has no such build: decode / MTP, whose serving
-/// kernels are variants of their own).
+/// Build `b` of module `m` (`m` itself for the default build; None: `m` has no such build: the recurrent module has
+/// only its fp16 build (its serving kernels are variants of their own), the prefill modules no fp16 build).
 pub fn build_module(m: &Module, b: ModuleBuild) -> Option<&'static Module> {
+    if m.id == RECURRENT.id {
+        return match (b.device_plan, b.serving, b.act_f16) {
+            (false, false, false) => Some(&RECURRENT),
+            (false, false, true) => Some(&RECURRENT_F16),
+            _ => None,
+        };
+    }
+    if b.act_f16 {
+        return None;
+    }
     let (base, builds) = BUILDS.into_iter().find(|(base, _)| base.id == m.id)?;
     Some(match (b.device_plan, b.serving) {
         (false, false) => base,
@@ -269,13 +300,16 @@ pub fn device_plan_module(m: &Module) -> Option<&'static Module> {
         m,
         ModuleBuild {
             device_plan: true,
-            serving: false,
+            ..ModuleBuild::default()
         },
     )
 }
 
 /// The default module a build `m` is built from (None: `m` is not a build of another module).
 pub fn build_base(m: &Module) -> Option<&'static Module> {
+    if m.id == RECURRENT_F16.id {
+        return Some(&RECURRENT);
+    }
     BUILDS
         .into_iter()
         .find(|(_, builds)| builds.iter().any(|b| b.id == m.id))

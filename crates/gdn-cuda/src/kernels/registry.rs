@@ -132,7 +132,10 @@ pub struct Variant {
 /// module it is built from.
 pub fn module_variants(m: &Module) -> impl Iterator<Item = &'static Variant> + '_ {
     let base = build_base(m).map_or(m.id, |b| b.id);
-    VARIANTS.iter().filter(move |v| v.module.id == base)
+    let f16 = m.id == RECURRENT_F16.id;
+    VARIANTS
+        .iter()
+        .filter(move |v| v.module.id == base && (!f16 || in_recurrent_f16(v.name)))
 }
 
 /// Head size every kernel assumes (K = V = 128).
@@ -595,7 +598,7 @@ pub fn modules() -> Vec<&'static Module> {
             out.push(v.module);
         }
     }
-    let builds: Vec<&'static Module> = out.iter().filter_map(|m| builds_of(m)).flatten().collect();
+    let builds: Vec<&'static Module> = out.iter().flat_map(|m| builds_of(m)).collect();
     out.extend(builds);
     out
 }
