@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # device_python.sh — the Python module on the GPU machine (Python 3.12 + torch there, no Rust, no internet).
 #
-#   bash scripts/device_python.sh --prepare   # HERE (dev machine): build the abi3 wheel into .whl/gdn/ (ignored,
-#                                             # carried) and, when ../shared/peers was fetched (.peers2 exists),
-#                                             # copy bench_peers.py + setup.sh into .peers2/
+#   bash scripts/device_python.sh --prepare   # HERE (dev machine): build the abi3 wheel, with the sm_90a CUBINs
+#                                             # compiled here, into .whl/gdn/ (ignored, carried) and, when
+#                                             # ../shared/peers was fetched (.peers2 exists), copy bench_peers.py +
+#                                             # setup.sh into .peers2/
 #   bash scripts/device_python.sh             # THERE (device run, carry [".whl/gdn"] or [".whl/gdn", ".peers2"]):
 #                                             # install the wheel, run tests/test_gpu.py, the call-overhead
 #                                             # measurement and, with .peers2 carried and PEERS=1, the side-by-side
@@ -23,6 +24,19 @@ if [ "${1:-}" = "--prepare" ]; then
   set -e
   VENV=${VENV:-.venv}
   [ -x "$VENV/bin/maturin" ] || { python3 -m venv "$VENV" && "$VENV/bin/python" -m pip install -q maturin==1.16.0; }
+  # The wheel ships every sm_90a kernel module compiled here (gdn/cubin/ in the package, git-ignored; ~32 MB, ~7 MB
+  # zipped), which the package registers at import, so that a fresh GPU machine loads them instead of compiling (~38 s
+  # for the first call on an H200). `gdn kernels` takes ~4 min on 2 cores with an empty cache (~/.cache/gdn, then
+  # seconds). Without NVRTC here, or when a module fails to compile, the wheel is built with what compiled (nothing,
+  # without NVRTC) and the GPU machine compiles the rest at first use.
+  CUBIN=crates/gdn-py/python/gdn/cubin
+  rm -rf "$CUBIN" && mkdir -p .whl
+  cargo build --release -q -p gdn-cli
+  if ! "${CARGO_TARGET_DIR:-target}/release/gdn" kernels --arch sm_90a --ship "$CUBIN" > .whl/ship.log 2>&1; then
+    echo "device_python.sh: gdn kernels --ship failed; the wheel ships what compiled (.whl/ship.log):" >&2
+    grep -E "^(error|Error)" .whl/ship.log | head -5 >&2 || true
+  fi
+  grep -E "^shipped " .whl/ship.log || true
   rm -rf .whl/gdn && mkdir -p .whl/gdn
   "$VENV/bin/maturin" build --release -m crates/gdn-py/Cargo.toml -o .whl/gdn
   if [ -d .peers2 ]; then cp ../shared/peers/bench_peers.py ../shared/peers/setup.sh .peers2/; fi

@@ -7,12 +7,19 @@
 //! it declares, a registered kernel is missing from its module, or a hot kernel spills.
 //! `--policy` also prints which kernel (prefill: which plan and kernels) the policy picks for the contest's
 //! shapes on a 132-SM Hopper.
+//! `--ship DIR` also writes every module that compiled into a shipped-CUBIN store in DIR
+//! (`gdn_cuda::runtime::shipped`; the Python wheel's `gdn/cubin/`), so that a process on a fresh machine loads
+//! them instead of compiling; it is written even when the command fails (a module that did not compile is then
+//! compiled at first use, as without a store).
 
 use anyhow::Result;
 use gdn_core::Op;
-use gdn_cuda::kernels::registry::{Arch, StateDtype};
+use gdn_cuda::kernels::registry::{self, Arch, StateDtype};
 use gdn_cuda::kernels::report::{compile_all, ModuleReport};
+use gdn_cuda::kernels::sources::SourceSet;
 use gdn_cuda::plan::{self, DeviceCaps, Shape};
+use gdn_cuda::runtime::{nvrtc, shipped};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,6 +31,10 @@ pub struct Args {
     /// Also print the kernel choice for representative decode / MTP / prefill shapes.
     #[arg(long)]
     policy: bool,
+    /// Also write the compiled modules into a shipped-CUBIN store in this folder (created; a previous store there
+    /// is replaced), for `GDN_CUBIN_DIR` or a package to load instead of compiling.
+    #[arg(long, value_name = "DIR")]
+    ship: Option<PathBuf>,
 }
 
 pub fn main(a: Args) -> Result<()> {
@@ -34,21 +45,28 @@ pub fn main(a: Args) -> Result<()> {
     if std::env::var_os("CUDA_CACHE_DISABLE").is_none() {
         std::env::set_var("CUDA_CACHE_DISABLE", "1");
     }
-    println!(
-        "{}",
-        gdn_cuda::runtime::nvrtc::describe().map_err(anyhow::Error::msg)?
-    );
+    println!("{}", nvrtc::describe().map_err(anyhow::Error::msg)?);
+    let mut store = match &a.ship {
+        Some(dir) => Some((
+            shipped::StoreWriter::create(dir).map_err(anyhow::Error::msg)?,
+            SourceSet::load().map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
     let (mut compiled, mut spilled) = (0usize, 0usize);
     let mut failures: Vec<String> = Vec::new();
     for &arch in &targets {
         println!(
             "target {arch}; CUBIN cache {}",
-            gdn_cuda::runtime::nvrtc::cache_dir()
+            nvrtc::cache_dir()
                 .map(|d| d.display().to_string())
                 .unwrap_or_else(|| "(none: no HOME)".into())
         );
         let modules = compile_all(arch).map_err(anyhow::Error::msg)?;
         let (c, s) = print_report(arch, targets.len() > 1, &modules, &mut failures);
+        if let Some((w, sources)) = &mut store {
+            ship_modules(w, sources, arch, &modules).map_err(anyhow::Error::msg)?;
+        }
         if targets.len() > 1 {
             println!("{arch}: {c} kernels compiled, {s} with spills");
         }
@@ -58,6 +76,17 @@ pub fn main(a: Args) -> Result<()> {
     if a.policy {
         print_policy();
     }
+    if let (Some((w, _)), Some(dir)) = (store, &a.ship) {
+        let (ma, mi) = nvrtc::version().map_err(anyhow::Error::msg)?;
+        let (n, bytes) = w
+            .finish(&format!("NVRTC {ma}.{mi}"))
+            .map_err(anyhow::Error::msg)?;
+        println!(
+            "shipped {n} modules ({:.1} MiB) to {}",
+            bytes as f64 / (1 << 20) as f64,
+            dir.display()
+        );
+    }
     for f in &failures {
         eprintln!("error: {}", f.replace('\n', "\n       "));
     }
@@ -66,6 +95,37 @@ pub fn main(a: Args) -> Result<()> {
         use std::io::Write;
         let _ = std::io::stdout().flush();
         std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Adds every module of `modules` that compiled to the store, keyed by the request the kernel set makes at run time
+/// (`exec::kernel_set`: the module's source plus the registry's checks, every header, its defines).
+fn ship_modules(
+    w: &mut shipped::StoreWriter,
+    sources: &SourceSet,
+    arch: Arch,
+    modules: &[ModuleReport],
+) -> Result<(), String> {
+    let arch = arch.to_string();
+    let headers = sources.headers();
+    for m in modules {
+        let (Some(Ok(c)), Some(src)) = (&m.compiled, sources.get(m.module.source)) else {
+            continue;
+        };
+        let text = registry::module_source(m.module, src);
+        let key = nvrtc::shipped_key(&nvrtc::Request {
+            name: m.module.source,
+            source: &text,
+            headers: &headers,
+            arch: &arch,
+            defines: m.module.defines,
+        });
+        let what = std::iter::once(m.module.source)
+            .chain(m.module.defines.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" ");
+        w.add(&key, &arch, &what, &c.log, &c.cubin)?;
     }
     Ok(())
 }
@@ -120,7 +180,7 @@ fn print_report(
         for k in &m.kernels {
             let v = k.variant;
             let Some(r) = &k.resources else {
-                failures.push(if gdn_cuda::runtime::nvrtc::has_ptxas_report(&c.log) {
+                failures.push(if nvrtc::has_ptxas_report(&c.log) {
                     format!(
                         "{}{at}: registered kernel {} is not in the compiled module",
                         m.module.source, v.name

@@ -31,6 +31,7 @@ pub use kernels::registry::StateDtype;
 pub use plan::prefill::overrides::ForcedPlan;
 pub use plan::prefill::{DeviceRoute, PrefillPlan};
 pub use plan::{DeviceCaps, Launch, PlanKind, Rejection, Shape};
+pub use runtime::shipped::use_shipped_kernels;
 
 use gdn_core::{Backend, Inputs, Outputs, Problem, Result, Timed};
 

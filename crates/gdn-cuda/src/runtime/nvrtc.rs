@@ -10,8 +10,13 @@
 //! a SHA-256 of its payload, the log and the CUBIN; anything that does not check out (truncated, flipped
 //! bits, not an ELF) is ignored and recompiled, then rewritten (write to a temporary file, then rename).
 //! A cache folder that cannot be written only costs the next run a compile.
+//!
+//! Before either, `compile` asks the shipped CUBINs (`shipped.rs`: compiled when the package was built, keyed
+//! without the NVRTC version, test-loaded by the driver), so that a fresh machine runs NVRTC only for what the
+//! package did not ship.
 
-use crate::runtime::loader;
+pub use crate::runtime::entry::{decode_entry, encode_entry};
+use crate::runtime::{loader, shipped};
 use sha2::{Digest, Sha256};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::path::{Path, PathBuf};
@@ -127,7 +132,10 @@ pub struct Request<'a> {
 pub struct Compiled {
     pub cubin: Vec<u8>,
     pub log: String,
+    /// Not compiled by this process: from the disk cache or a shipped store.
     pub from_cache: bool,
+    /// From a shipped store (`shipped.rs`; `cache_file` is its entry).
+    pub shipped: bool,
     pub seconds: f64,
     pub cache_file: Option<PathBuf>,
 }
@@ -147,9 +155,30 @@ pub fn options(req: &Request, include_dir: Option<&Path>) -> Vec<String> {
     o
 }
 
-/// Compiles (or fetches from the cache) one request.
+/// One request's CUBIN: from a shipped store when one holds it and the driver loads it in the context current on
+/// this thread, else from the disk cache, else compiled.
 pub fn compile(req: &Request) -> Result<Compiled, String> {
+    if shipped::in_use() {
+        let start = Instant::now();
+        let what = format!("{} ({})", req.name, req.arch);
+        if let Some(f) = shipped::find(&shipped_key(req), &what) {
+            return Ok(Compiled {
+                cubin: f.cubin,
+                log: f.log,
+                from_cache: true,
+                shipped: true,
+                seconds: start.elapsed().as_secs_f64(),
+                cache_file: Some(f.path),
+            });
+        }
+    }
     compile_cached(req, false)
+}
+
+/// The key of `req` in a shipped store: the disk cache's fields without the NVRTC version and the include folder,
+/// which belong to the machine that built the store (see `shipped.rs`).
+pub fn shipped_key(req: &Request) -> String {
+    request_key(shipped::KEY_FORMAT, None, req, &options(req, None))
 }
 
 /// Whether a compile log holds ptxas's resource report (`--ptxas-options=-v`).
@@ -157,7 +186,8 @@ pub fn has_ptxas_report(log: &str) -> bool {
     log.contains("ptxas info")
 }
 
-/// `compile` for a caller that needs ptxas's resource report (`gdn kernels`): a cache entry without one is
+/// `compile` for a caller that needs ptxas's resource report or NVRTC's own CUBIN (`gdn kernels`, which writes the
+/// shipped stores): shipped CUBINs are not consulted, and a cache entry without a report is
 /// compiled again. NVRTC 13 serves a compile it has seen before (any process, same user) from the CUDA
 /// compute cache (`~/.nv/ComputeCache`) in ~0.1 s and without running ptxas, so its log has no report and
 /// the entry written then has none either (seen on an H200 machine). The caller must also keep NVRTC from
@@ -189,6 +219,7 @@ fn compile_cached(req: &Request, need_report: bool) -> Result<Compiled, String> 
                 cubin,
                 log,
                 from_cache: true,
+                shipped: false,
                 seconds: start.elapsed().as_secs_f64(),
                 cache_file: file,
             });
@@ -202,6 +233,7 @@ fn compile_cached(req: &Request, need_report: bool) -> Result<Compiled, String> 
         cubin,
         log,
         from_cache: false,
+        shipped: false,
         seconds: start.elapsed().as_secs_f64(),
         cache_file: file,
     })
@@ -282,9 +314,6 @@ fn run_nvrtc(req: &Request, opts: &[String]) -> Result<(String, Vec<u8>), String
 // ------------------------------------------------------------------------------------------ disk cache
 
 const CACHE_FORMAT: &[u8] = b"gdn-nvrtc-cache-v1";
-const MAGIC: &[u8; 8] = b"GDNCUBIN";
-const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
-const HEADER_LEN: usize = 8 + 8 + 8 + 32;
 
 /// The cache folder (`$GDN_CACHE_DIR`, `$XDG_CACHE_HOME/gdn`, `~/.cache/gdn`) + `nvrtc/`.
 pub fn cache_dir() -> Option<PathBuf> {
@@ -300,13 +329,22 @@ pub fn cache_dir() -> Option<PathBuf> {
 }
 
 fn cache_key(req: &Request, opts: &[String], ver: (i32, i32)) -> String {
+    request_key(CACHE_FORMAT, Some(ver), req, opts)
+}
+
+/// SHA-256 (hex) of a format tag, the NVRTC version when given, the options, the source's name and text and every
+/// header's name and text (sorted), each field length-prefixed: the disk cache's key (with the version) and the
+/// shipped stores' (without).
+fn request_key(format: &[u8], nvrtc: Option<(i32, i32)>, req: &Request, opts: &[String]) -> String {
     let mut h = Sha256::new();
     let mut field = |b: &[u8]| {
         h.update((b.len() as u64).to_le_bytes());
         h.update(b);
     };
-    field(CACHE_FORMAT);
-    field(format!("nvrtc {}.{}", ver.0, ver.1).as_bytes());
+    field(format);
+    if let Some(ver) = nvrtc {
+        field(format!("nvrtc {}.{}", ver.0, ver.1).as_bytes());
+    }
     for o in opts {
         field(o.as_bytes());
     }
@@ -323,44 +361,6 @@ fn cache_key(req: &Request, opts: &[String], ver: (i32, i32)) -> String {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn payload_digest(log: &[u8], cubin: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(log);
-    h.update(cubin);
-    h.finalize().into()
-}
-
-/// Serialises an entry: magic, log length, cubin length, sha256(log ‖ cubin), log, cubin.
-pub fn encode_entry(log: &str, cubin: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_LEN + log.len() + cubin.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(log.len() as u64).to_le_bytes());
-    out.extend_from_slice(&(cubin.len() as u64).to_le_bytes());
-    out.extend_from_slice(&payload_digest(log.as_bytes(), cubin));
-    out.extend_from_slice(log.as_bytes());
-    out.extend_from_slice(cubin);
-    out
-}
-
-/// Parses and verifies an entry; `None` for anything that does not check out.
-pub fn decode_entry(bytes: &[u8]) -> Option<(String, Vec<u8>)> {
-    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
-        return None;
-    }
-    let n_log = u64::from_le_bytes(bytes[8..16].try_into().ok()?) as usize;
-    let n_bin = u64::from_le_bytes(bytes[16..24].try_into().ok()?) as usize;
-    let digest = &bytes[24..56];
-    let body = &bytes[HEADER_LEN..];
-    if body.len() != n_log.checked_add(n_bin)? {
-        return None;
-    }
-    let (log, cubin) = body.split_at(n_log);
-    if payload_digest(log, cubin) != digest || !cubin.starts_with(ELF_MAGIC) {
-        return None;
-    }
-    Some((String::from_utf8(log.to_vec()).ok()?, cubin.to_vec()))
 }
 
 fn read_entry(path: &Path) -> Option<(String, Vec<u8>)> {
@@ -383,22 +383,6 @@ fn write_entry(path: &Path, log: &str, cubin: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn entry_roundtrip_and_corruption() {
-        let cubin = b"\x7fELF\x02\x01rest-of-cubin".to_vec();
-        let e = encode_entry("ptxas info", &cubin);
-        assert_eq!(decode_entry(&e), Some(("ptxas info".into(), cubin.clone())));
-        for i in [0, 9, 30, HEADER_LEN + 2, e.len() - 1] {
-            let mut bad = e.clone();
-            bad[i] ^= 0x40;
-            assert_eq!(decode_entry(&bad), None, "flipped byte {i} accepted");
-        }
-        assert_eq!(decode_entry(&e[..e.len() - 1]), None);
-        assert_eq!(decode_entry(&[]), None);
-        let not_elf = encode_entry("", b"PTX?");
-        assert_eq!(decode_entry(&not_elf), None);
-    }
 
     #[test]
     fn key_depends_on_everything() {
@@ -441,5 +425,65 @@ mod tests {
         );
         assert_ne!(k0, cache_key(&base, &options(&base, None), (13, 1)));
         assert_eq!(k0, k(&base));
+    }
+
+    #[test]
+    fn shipped_key_leaves_out_the_machine() {
+        let a = Request {
+            name: "a.cu",
+            source: "x",
+            headers: &[("g.cuh", "y")],
+            arch: "sm_90a",
+            defines: &["GDN_SERVING=1"],
+        };
+        assert_eq!(shipped_key(&a), shipped_key(&Request { ..a }));
+        for other in [
+            Request { source: "x ", ..a },
+            Request { arch: "sm_90", ..a },
+            Request {
+                headers: &[("g.cuh", "z")],
+                ..a
+            },
+            Request { defines: &[], ..a },
+        ] {
+            assert_ne!(shipped_key(&a), shipped_key(&other));
+        }
+        // The include folder and the NVRTC version (the disk cache's) do not enter it.
+        let with_include = options(&a, Some(Path::new("/usr/local/cuda/include")));
+        assert_ne!(
+            shipped_key(&a),
+            request_key(shipped::KEY_FORMAT, None, &a, &with_include)
+        );
+        assert_ne!(shipped_key(&a), cache_key(&a, &options(&a, None), (13, 0)));
+    }
+
+    #[test]
+    fn shipped_store_roundtrip_by_request() {
+        let dir = std::env::temp_dir().join(format!("gdn-ship-roundtrip-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let a = Request {
+            name: "recurrent.cu",
+            source: "__global__ void k() {}",
+            headers: &[("common/g.cuh", "int g;")],
+            arch: "sm_90a",
+            defines: &[],
+        };
+        let mut w = shipped::StoreWriter::create(&dir).unwrap();
+        let cubin = b"\x7fELF-module".to_vec();
+        w.add(&shipped_key(&a), a.arch, a.name, "ptxas info", &cubin)
+            .unwrap();
+        w.finish("NVRTC 13.0").unwrap();
+        let store = shipped::open_store(&dir).unwrap();
+        let (_, log, got) = store
+            .read(&shipped_key(&a))
+            .unwrap()
+            .expect("written entry found");
+        assert_eq!((log.as_str(), got), ("ptxas info", cubin));
+        let changed = Request {
+            source: "__global__ void k() { }",
+            ..a
+        };
+        assert!(store.read(&shipped_key(&changed)).unwrap().is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
