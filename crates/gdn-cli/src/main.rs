@@ -3,7 +3,8 @@
 //! Subcommands, one file each: `run` (one workload file through a backend), `check` (correctness sweep vs
 //! the float64 reference), `bench` (correctness, then timing against the copy floor), `plot` (SVG from a
 //! bench JSON), `gen` (a random workload file), `workloads` (a flashinfer-trace dataset), `kernels` (NVRTC
-//! compile report). `run`, `check` and `bench` also read a flashinfer-trace dataset (`--dataset`, dataset.rs).
+//! compile report), `pack` (flashinfer-bench solutions, pack/). `run`, `check` and `bench` also read a
+//! flashinfer-trace dataset (`--dataset`, dataset.rs).
 //! Every failure ends as one line `error: ...` on stderr and a non-zero exit code.
 
 mod backend;
@@ -16,11 +17,13 @@ mod cmd_bench;
 mod cmd_check;
 mod cmd_gen;
 mod cmd_kernels;
+mod cmd_pack;
 mod cmd_plot;
 mod cmd_run;
 mod cmd_workloads;
 mod dataset;
 mod heads;
+mod pack;
 mod table;
 mod verify;
 
@@ -53,6 +56,8 @@ enum Command {
     Workloads(cmd_workloads::Args),
     /// Compile every CUDA kernel with NVRTC (no GPU needed) and print registers, shared memory, spills.
     Kernels(cmd_kernels::Args),
+    /// Write flashinfer-bench solutions (CUDA, tvm-ffi) made from gdn's kernels, one per definition.
+    Pack(cmd_pack::Args),
 }
 
 fn main() {
@@ -79,6 +84,7 @@ fn main() {
         Command::Gen(a) => cmd_gen::main(a),
         Command::Workloads(a) => cmd_workloads::main(a),
         Command::Kernels(a) => cmd_kernels::main(a),
+        Command::Pack(a) => cmd_pack::main(a),
     };
     if let Err(e) = result {
         eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
