@@ -609,7 +609,7 @@ mod tests {
     use super::*;
 
     fn desc(shape: &[usize], strides: &[i64]) -> Desc {
-        Desc(0, shape.to_vec(), strides.to_vec(), "bfloat16".into(), 0)
+        Desc(0, shape.into(), strides.into(), "bfloat16".into(), 0)
     }
 
     #[test]

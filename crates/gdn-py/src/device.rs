@@ -27,6 +27,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 struct DeviceKernels {
     gpu: Gpu,
     kernels: KernelSet,
+    /// The device's primary context as `cuCtxGetCurrent` reports it once bound: a launch binds it only when
+    /// another context is current (torch's current context is this one in the common case). Its address.
+    ctx: Option<usize>,
 }
 
 type Registry = Mutex<HashMap<i32, Result<Arc<DeviceKernels>, String>>>;
@@ -64,7 +67,12 @@ fn open(dev: i32) -> Result<DeviceKernels, String> {
     // Compile and load every module now; a module that fails only disables its own kernels (the launch
     // that needs one reports why), so the failures are not fatal here.
     let _ = kernels.load_all();
-    Ok(DeviceKernels { gpu, kernels })
+    gpu.bind()?;
+    let ctx = cudarc::driver::result::ctx::get_current()
+        .ok()
+        .flatten()
+        .map(|c| c as usize);
+    Ok(DeviceKernels { gpu, kernels, ctx })
 }
 
 /// The device's kernels, opened on first use (the GIL is not held while compiling).
@@ -73,6 +81,13 @@ fn device(dev: i32) -> Result<Arc<DeviceKernels>, String> {
     reg.entry(dev)
         .or_insert_with(|| open(dev).map(Arc::new))
         .clone()
+}
+
+/// Whether device `dev` is open (its kernels compiled and loaded): a call on it then cannot compile, and
+/// launches without releasing the GIL (as torch's own ops do).
+pub fn is_open(dev: i32) -> bool {
+    let reg = registry().lock().unwrap_or_else(|e| e.into_inner());
+    reg.get(&dev).is_some_and(Result::is_ok)
 }
 
 /// Why the CUDA backend cannot be used on device 0, or None.
@@ -90,11 +105,30 @@ pub fn prefill_plan(c: &Checked, dev: i32) -> Result<Option<PrefillPlan>, ArgErr
         return Ok(None);
     }
     let fail = |e: String| ArgError::Runtime(format!("gdn.{}: CUDA backend: {e}", op.name()));
+    let shape = gdn_cuda::shape_of(p);
+    let last = LAST_PLAN.with_borrow(|l| {
+        l.as_ref()
+            .filter(|(d, s, _)| *d == dev && *s == shape)
+            .map(|(_, _, plan)| plan.clone())
+    });
+    if last.is_some() {
+        return Ok(last);
+    }
     let d = device(dev).map_err(fail)?;
-    d.kernels
-        .prefill_plan(&gdn_cuda::shape_of(p))
-        .map(Some)
-        .map_err(|e| gdn_err(op, e.into()))
+    let plan = d
+        .kernels
+        .prefill_plan(&shape)
+        .map_err(|e| gdn_err(op, e.into()))?;
+    LAST_PLAN.with_borrow_mut(|l| *l = Some((dev, shape, plan.clone())));
+    Ok(Some(plan))
+}
+
+thread_local! {
+    /// The last prefill plan chosen on this thread, with its device and shape: the plan depends on nothing
+    /// else (the device's capabilities and `GDN_KERNEL` are fixed once it is open), and an engine calls one
+    /// shape once per layer.
+    static LAST_PLAN: std::cell::RefCell<Option<(i32, gdn_cuda::Shape, PrefillPlan)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Launches a validated device problem on `stream` (a `CUstream` handle) of device `dev`. `workspace` is
@@ -116,8 +150,16 @@ pub fn run(
     if p.dims.total_tokens == 0 && (op != Op::Prefill || p.dims.num_seqs == 0) {
         return Ok(()); // nothing to compute or write
     }
-    let _restore = RestoreCtx::save();
-    d.gpu.bind().map_err(fail)?;
+    // bind the device's context only when another one is current, and restore that one afterwards
+    let current = cudarc::driver::result::ctx::get_current().ok().flatten();
+    let _restore = match current {
+        Some(c) if Some(c as usize) == d.ctx => None,
+        _ => {
+            let r = RestoreCtx(current);
+            d.gpu.bind().map_err(fail)?;
+            Some(r)
+        }
+    };
     let ptr = |n: &str| c.get(n).map_or(0, Desc::ptr);
     // MTP's state is the pool (`initial_state`); decode and prefill name it `state`
     let state = c.get(p.def.state_input());

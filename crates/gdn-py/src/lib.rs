@@ -1,5 +1,9 @@
 //! `gdn._gdn`: the Rust half of the Python module `gdn` (python/gdn/__init__.py is the public API).
 //!
+//! `gdn.decode`, `gdn.prefill` and `gdn.mtp` first call their entry point here ([`entry`]) with their
+//! arguments as given: a call with its destinations given runs in one step from there, serving modes included.
+//! The rest goes through the Python layer's general path, which calls `call` / `plan` below.
+//!
 //! A call is one step when the caller passed every destination and it needs no workspace (decode, MTP, and
 //! prefill on its one-launch plans): `call(op, inputs, names, scale, serving, max_seq_len, output, state_out,
 //! extra, options)` validates, launches on torch's current stream (or runs on the host) and returns None.
@@ -15,6 +19,8 @@
 mod args;
 mod desc;
 mod device;
+mod dlpack;
+mod entry;
 mod host;
 mod memo;
 mod objects;
@@ -25,6 +31,8 @@ use desc::Desc;
 use gdn_core::Op;
 use gdn_cuda::PrefillPlan;
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 fn parse_op(op: &str) -> PyResult<Op> {
@@ -217,13 +225,38 @@ fn execute(
     stream: u64,
     plan: Option<&PrefillPlan>,
 ) -> PyResult<()> {
+    if SKIP_RUN.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     let r = match c.device {
         Device::Host => py.detach(|| host::run(c, output, state_out)),
         Device::Cuda(dev) => {
-            py.detach(|| device::run(c, dev, output, state_out, workspace, stream, plan))
+            let launch = || device::run(c, dev, output, state_out, workspace, stream, plan);
+            gil_free_until_open(py, dev, launch)
         }
     };
     r.map_err(Into::into)
+}
+
+/// Runs `f` with the GIL released while device `dev` is not open yet (opening compiles for seconds); on an
+/// open device it only launches, which takes a microsecond or two: it keeps the GIL, as torch's ops do.
+fn gil_free_until_open<T: Send>(py: Python<'_>, dev: i32, f: impl FnOnce() -> T + Send) -> T {
+    if device::is_open(dev) {
+        f()
+    } else {
+        py.detach(f)
+    }
+}
+
+/// Set by `_gdn._skip_run`: calls stop before the launch (or the host computation).
+static SKIP_RUN: AtomicBool = AtomicBool::new(false);
+
+/// A measurement hook: with `skip` True every call does everything but the launch (or the host computation)
+/// and writes nothing, so that the host cost of the binding can be measured without a GPU (torch CPU tensors
+/// take the same describing and validation path as CUDA ones). Never set by gdn itself.
+#[pyfunction]
+fn _skip_run(skip: bool) {
+    SKIP_RUN.store(skip, Ordering::Relaxed);
 }
 
 /// A workspace tensor: uint8, contiguous, on the inputs' CUDA device (size and alignment are checked by
@@ -277,8 +310,11 @@ fn validate(
 ) -> PyResult<Checked> {
     let sv = serving::options(op, options)?;
     let mut descs = Vec::with_capacity(10 + serving::INPUTS.len());
-    for (i, x) in inputs.try_iter()?.enumerate() {
-        let x = x?;
+    let inputs: Vec<Bound<'_, PyAny>> = match inputs.cast::<PyTuple>() {
+        Ok(t) => t.iter().collect(),
+        Err(_) => inputs.try_iter()?.collect::<PyResult<_>>()?,
+    };
+    for (i, x) in inputs.iter().enumerate() {
         if x.is_none() {
             descs.push(None);
             continue;
@@ -287,7 +323,7 @@ fn validate(
             Some(n) => n.get_item(i)?.extract::<String>(),
             None => Ok(format!("input {i}")),
         };
-        descs.push(Some(objects::describe(py, &x, name, op.name(), false)?));
+        descs.push(Some(objects::describe(py, x, name, op.name(), false)?));
     }
     match extra.filter(|e| !e.is_none()) {
         None => descs.extend(std::iter::repeat_n(None, serving::INPUTS.len())),
@@ -322,6 +358,19 @@ fn validate(
             }
         }
     }
+    checked(op, descs, scale, update_pool, max_seq_len, sv)
+}
+
+/// Validates described inputs (the definition's, then the serving tensors in [`serving::INPUTS`] order),
+/// reusing the last validation of `op` when the metadata match ([`memo`]), and sets the length hint.
+fn checked(
+    op: Op,
+    descs: Vec<Option<Desc>>,
+    scale: Option<f32>,
+    update_pool: bool,
+    max_seq_len: Option<usize>,
+    sv: gdn_core::Serving,
+) -> PyResult<Checked> {
     let mut c = memo::checked(op, descs, scale, update_pool, sv)?;
     args::set_length_hint(&mut c, max_seq_len)?;
     Ok(c)
@@ -389,7 +438,20 @@ fn call(
         extra,
         options,
     )?;
+    run_now(py, c, output, state_out)
+}
+
+/// The step after validation: runs a validated call at once when every destination is given (`state_out` None
+/// is complete only for MTP in definition mode) and no device workspace is needed, and returns None; otherwise
+/// returns its [`Plan`].
+fn run_now(
+    py: Python<'_>,
+    c: Checked,
+    output: Option<&Bound<'_, PyAny>>,
+    state_out: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Plan>> {
     let p = &c.problem;
+    let op = p.def.op;
     let in_place = p.pool || p.mtp_mode == gdn_core::MtpMode::Serving;
     let complete = state_out.is_some() || (op == Op::Mtp && !in_place);
     let Some(output) = output.filter(|_| complete) else {
@@ -400,7 +462,7 @@ fn call(
         Device::Cuda(dev) => {
             // Only prefill has plans with a workspace; planning may open the device (compiles: GIL released).
             let prefill = match op {
-                Op::Prefill => py.detach(|| device::prefill_plan(&c, dev))?,
+                Op::Prefill => gil_free_until_open(py, dev, || device::prefill_plan(&c, dev))?,
                 _ => None,
             };
             if prefill.as_ref().is_some_and(|p| p.workspace_bytes() > 0) {
@@ -428,6 +490,13 @@ fn cuda_unavailable_reason(py: Python<'_>) -> Option<String> {
     py.detach(device::unavailable_reason)
 }
 
+/// Registers a folder of shipped CUBINs (the package's `gdn/cubin/`, written by `gdn kernels --ship`); returns what
+/// it holds.
+#[pyfunction]
+fn use_shipped_kernels(dir: std::path::PathBuf) -> PyResult<String> {
+    gdn_cuda::use_shipped_kernels(&dir).map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
 #[pymodule]
 fn _gdn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -435,6 +504,11 @@ fn _gdn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(call, m)?)?;
     m.add_function(wrap_pyfunction!(objects::set_describers, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(use_shipped_kernels, m)?)?;
+    m.add_function(wrap_pyfunction!(_skip_run, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::decode, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::prefill, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::mtp, m)?)?;
     m.add_class::<Plan>()?;
     Ok(())
 }

@@ -10,16 +10,16 @@
 //! is never remembered, and a mismatch in any field validates from scratch.
 
 use crate::args::{check_inputs, ArgError, Checked, Device};
-use crate::desc::Desc;
+use crate::desc::{Desc, Dims};
 use gdn_core::{Op, Problem, RunOptions, Serving};
 use std::cell::RefCell;
 
 /// What `check_inputs` read of one descriptor: everything but the address, of which only its alignment class.
 #[derive(PartialEq)]
 struct Meta {
-    shape: Vec<usize>,
-    strides: Vec<i64>,
-    dtype: String,
+    shape: Dims<usize>,
+    strides: Dims<i64>,
+    dtype: std::borrow::Cow<'static, str>,
     device: i64,
     residue: u64,
 }
@@ -97,21 +97,25 @@ pub fn checked(
     update_pool: bool,
     sv: Serving,
 ) -> Result<Checked, ArgError> {
-    let hit = MEMO.with_borrow(|memo| {
-        memo[slot(op)]
-            .as_ref()
-            .filter(|m| m.matches(&given, scale, update_pool, sv))
-            .map(|m| (m.problem.clone(), m.names.clone(), m.device, m.opts))
+    // a hit reuses the problem with the new descriptors; a miss hands `given` back for validation
+    let found = MEMO.with_borrow(|memo| match memo[slot(op)].as_ref() {
+        Some(m) if m.matches(&given, scale, update_pool, sv) => Ok(Checked {
+            problem: m.problem.clone(),
+            inputs: m
+                .names
+                .iter()
+                .copied()
+                .zip(given.into_iter().flatten())
+                .collect(),
+            device: m.device,
+            opts: m.opts,
+        }),
+        _ => Err(given),
     });
-    if let Some((problem, names, device, opts)) = hit {
-        let inputs = names.into_iter().zip(given.into_iter().flatten()).collect();
-        return Ok(Checked {
-            problem,
-            inputs,
-            device,
-            opts,
-        });
-    }
+    let given = match found {
+        Ok(c) => return Ok(c),
+        Err(given) => given,
+    };
     let meta = given.iter().map(|d| d.as_ref().map(Meta::of)).collect();
     let c = check_inputs(op, given, scale, update_pool, sv)?;
     MEMO.with_borrow_mut(|memo| {
@@ -133,9 +137,9 @@ pub fn checked(
 mod tests {
     use super::*;
 
-    fn desc(shape: &[usize], dtype: &str, ptr: u64, device: i64) -> Option<Desc> {
+    fn desc(shape: &[usize], dtype: &'static str, ptr: u64, device: i64) -> Option<Desc> {
         let strides = crate::desc::row_major(shape);
-        Some(Desc(ptr, shape.to_vec(), strides, dtype.into(), device))
+        Some(Desc(ptr, shape.into(), strides, dtype.into(), device))
     }
 
     /// A decode call of batch `b` on CUDA device 0, inputs at `base` + 4096·i.

@@ -1,17 +1,23 @@
-//! Python objects → [`Desc`]: the per-call fast path for torch CUDA tensors, and the CUDA stream to launch on.
+//! Python objects → [`Desc`]: the per-call fast path for torch tensors, and the CUDA stream to launch on.
 //!
-//! A call's host time is mostly spent describing its tensors. Built in Python (`gdn._desc`: one frame, six
-//! attribute calls and a tuple per tensor) and parsed again here, the ten tensors of a decode call cost about as
-//! much as three small torch ops. A torch CUDA tensor is therefore described here directly: `is_cuda`,
-//! `get_device()`, `data_ptr()`, `size()`, `is_contiguous()` and `dtype` (matched by identity against torch's
-//! dtype objects), with no Python frame and no intermediate tuple. Everything else — NumPy arrays, torch CPU tensors,
-//! other devices, and the error for an object that is neither — goes through the Python layer's own `_desc` /
-//! `_out_desc` (registered once at import, [`set_describers`]), as does a ready-made descriptor tuple (tests).
+//! A call's host time is mostly spent describing its tensors. A plain torch tensor (type `torch.Tensor` or
+//! `torch.nn.Parameter`, CPU or CUDA) is read through DLPack's C exchange API ([`crate::dlpack`]): one C call
+//! per tensor, no Python object created. Where this torch has no such table (or for a tensor subclass, which
+//! may override torch's methods), a torch CUDA tensor is described through torch's methods, called from here
+//! with no Python frame: `is_cuda`, `get_device()`, `data_ptr()`, `size()`, `is_contiguous()` and `dtype`
+//! (matched by identity against torch's dtype objects). Everything else — NumPy arrays, torch CPU tensors
+//! without the table, other devices, and the error for an object that is neither — goes through the Python
+//! layer's own `_desc` / `_out_desc` (registered once at import, [`set_describers`]), as does a ready-made
+//! descriptor tuple (tests).
+//!
+//! torch's current stream comes from the same table (`current_work_stream`, a C call), else from
+//! `torch._C._cuda_getCurrentRawStream`, else `torch.cuda.current_stream`.
 //!
 //! torch is never imported from here: its objects are looked up in `sys.modules` once the caller has imported
 //! it, so a NumPy-only caller never loads it.
 
-use crate::desc::{ints, row_major, Desc};
+use crate::desc::{dtype_name, ints, row_major, Desc};
+use crate::dlpack::Api;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
@@ -30,6 +36,8 @@ struct Torch {
     raw_stream: Option<Py<PyAny>>,
     /// `torch.cuda.current_stream`, the public fallback.
     current_stream: Py<PyAny>,
+    /// DLPack's C exchange table of `torch.Tensor`, when this torch has one gdn can use.
+    api: Option<Api>,
 }
 
 static TORCH: PyOnceLock<Torch> = PyOnceLock::new();
@@ -75,6 +83,10 @@ fn torch(py: Python<'_>) -> PyResult<Option<&'static Torch>> {
         .ok()
         .map(Bound::unbind);
     let tensor = torch.getattr(intern!(py, "Tensor"))?;
+    let api = match torch.getattr("nn").and_then(|nn| nn.getattr("Parameter")) {
+        Ok(parameter) => Api::find(&tensor, &parameter),
+        Err(_) => None,
+    };
     let method = |m: &str| tensor.getattr(m).map(Bound::unbind);
     let t = Torch {
         methods: [
@@ -91,15 +103,13 @@ fn torch(py: Python<'_>) -> PyResult<Option<&'static Torch>> {
             .getattr(intern!(py, "cuda"))?
             .getattr("current_stream")?
             .unbind(),
+        api,
     };
     Ok(Some(TORCH.get_or_init(py, || t)))
 }
 
 /// A torch CUDA tensor's descriptor, or None when `x` is anything else.
-fn cuda_tensor(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<Option<Desc>> {
-    let Some(t) = torch(py)? else {
-        return Ok(None);
-    };
+fn cuda_tensor(py: Python<'_>, t: &Torch, x: &Bound<'_, PyAny>) -> PyResult<Option<Desc>> {
     if !x.is_instance(t.tensor.bind(py))? || !x.getattr(intern!(py, "is_cuda"))?.is_truthy()? {
         return Ok(None);
     }
@@ -110,7 +120,7 @@ fn cuda_tensor(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<Option<Desc>> {
     let ptr: u64 = call(data_ptr)?.extract()?;
     // size() and is_contiguous() cost about half of `shape` and stride() (measured: no torch.Size property
     // getter, no strides tuple); the real strides are read only for a tensor torch calls non-contiguous.
-    let shape: Vec<usize> = ints(&call(size)?)?;
+    let shape = ints::<usize>(&call(size)?)?;
     let strides = if call(is_contiguous)?.is_truthy()? {
         row_major(&shape)
     } else {
@@ -118,8 +128,8 @@ fn cuda_tensor(py: Python<'_>, x: &Bound<'_, PyAny>) -> PyResult<Option<Desc>> {
     };
     let dt = x.getattr(intern!(py, "dtype"))?;
     let name = match t.dtypes.iter().find(|(d, _)| dt.is(d.bind(py))) {
-        Some((_, n)) => (*n).to_string(),
-        None => dt.str()?.to_string().replace("torch.", ""),
+        Some((_, n)) => std::borrow::Cow::Borrowed(*n),
+        None => dtype_name(&dt.str()?.to_string().replace("torch.", "")),
     };
     Ok(Some(Desc(ptr, shape, strides, name, device)))
 }
@@ -137,7 +147,11 @@ pub fn describe(
     if PyTuple::is_type_of(x) {
         return x.extract();
     }
-    if let Some(d) = cuda_tensor(py, x)? {
+    let t = torch(py)?;
+    if let Some(d) = t.and_then(|t| t.api.as_ref()).and_then(|a| a.describe(x)) {
+        return Ok(d);
+    }
+    if let Some(d) = t.map_or(Ok(None), |t| cuda_tensor(py, t, x))? {
         return Ok(d);
     }
     let Some((desc, out_desc)) = DESCRIBERS.get(py) else {
@@ -155,6 +169,9 @@ pub fn current_stream(py: Python<'_>, dev: i32) -> PyResult<u64> {
     let Some(t) = torch(py)? else {
         return Ok(0);
     };
+    if let Some(s) = t.api.as_ref().and_then(|a| a.current_stream(dev)) {
+        return Ok(s);
+    }
     match &t.raw_stream {
         Some(f) => f.bind(py).call1((dev,))?.extract(),
         None => t

@@ -71,12 +71,21 @@ pub fn options(op: Op, o: Option<&Bound<'_, PyAny>>) -> PyResult<Serving> {
             ))
         })
     };
-    let norm = item(0)?;
+    options_of(op, &item(0)?, &item(1)?, &item(2)?, &item(3)?)
+}
+
+/// Parses the four serving options as the Python keywords give them.
+pub fn options_of(
+    op: Op,
+    norm: &Bound<'_, PyAny>,
+    layout: &Bound<'_, PyAny>,
+    pad: &Bound<'_, PyAny>,
+    every: &Bound<'_, PyAny>,
+) -> PyResult<Serving> {
     if !norm.is_instance_of::<PyBool>() {
-        return Err(type_err(op, "use_qk_l2norm_in_kernel", "a bool", &norm));
+        return Err(type_err(op, "use_qk_l2norm_in_kernel", "a bool", norm));
     }
-    let layout = item(1)?;
-    let layout = match str_of(&layout).as_deref() {
+    let layout = match str_of(layout).as_deref() {
         Some("k-last") => StateLayout::KLast,
         Some("k-first") => StateLayout::KFirst,
         Some(s) => {
@@ -86,10 +95,9 @@ pub fn options(op: Op, o: Option<&Bound<'_, PyAny>>) -> PyResult<Serving> {
                 format!("expected 'k-last' ([.., V, K]) or 'k-first' ([.., K, V]), got '{s}'"),
             ))
         }
-        None => return Err(type_err(op, "state_layout", "a str", &layout)),
+        None => return Err(type_err(op, "state_layout", "a str", layout)),
     };
-    let pad = item(2)?;
-    let pad = match str_of(&pad).as_deref() {
+    let pad = match str_of(pad).as_deref() {
         Some("negative") => PadRule::Negative,
         Some("null-slot") => PadRule::NullSlot,
         Some(s) => {
@@ -101,17 +109,16 @@ pub fn options(op: Op, o: Option<&Bound<'_, PyAny>>) -> PyResult<Serving> {
             ),
             ))
         }
-        None => return Err(type_err(op, "pad", "a str", &pad)),
+        None => return Err(type_err(op, "pad", "a str", pad)),
     };
-    let every = item(3)?;
     if every.is_instance_of::<PyBool>() {
-        return Err(type_err(op, "checkpoint_every", "an int", &every));
+        return Err(type_err(op, "checkpoint_every", "an int", every));
     }
-    let every: i64 = every
+    let n: i64 = every
         .extract()
-        .map_err(|_| type_err(op, "checkpoint_every", "an int", &every))?;
-    let checkpoint_every = usize::try_from(every)
-        .map_err(|_| value_err(op, "checkpoint_every", format!("must be >= 0, got {every}")))?;
+        .map_err(|_| type_err(op, "checkpoint_every", "an int", every))?;
+    let checkpoint_every = usize::try_from(n)
+        .map_err(|_| value_err(op, "checkpoint_every", format!("must be >= 0, got {n}")))?;
     Ok(Serving {
         qk_l2norm: norm.is_truthy().unwrap_or(false),
         layout,
@@ -144,24 +151,24 @@ mod tests {
     fn row_stride_of_views() {
         let dense = Desc(
             0,
-            vec![4, 8, 128, 128],
-            vec![131072, 16384, 128, 1],
+            vec![4, 8, 128, 128].into(),
+            vec![131072, 16384, 128, 1].into(),
             "float32".into(),
             0,
         );
         assert_eq!(row_stride(&dense), 0);
         let view = Desc(
             0,
-            vec![4, 8, 128, 128],
-            vec![3 * 131072, 16384, 128, 1],
+            vec![4, 8, 128, 128].into(),
+            vec![3 * 131072, 16384, 128, 1].into(),
             "float32".into(),
             0,
         );
         assert_eq!(row_stride(&view), 3 * 131072);
         let one = Desc(
             0,
-            vec![1, 8, 128, 128],
-            vec![7, 16384, 128, 1],
+            vec![1, 8, 128, 128].into(),
+            vec![7, 16384, 128, 1].into(),
             "float32".into(),
             0,
         );

@@ -99,6 +99,23 @@ def batch_ref(q, k, v, g, beta, h0=None, **kw):
 # ---------------------------------------------------------------------------------------------------------------
 # chunk_gated_delta_rule
 
+@pytest.mark.parametrize("fn", ["chunk", "recurrent"])
+def test_float16_activations_gates_and_state(fn):
+    """float16 q, k, v (as FLA takes them), a float16 log decay and a float16 initial state (widened: exact): the
+    output in float16, the final state float32, as FLA returns them."""
+    B, T, H, HV, D = 2, 19, 2, 4, 64
+    q, k, v, g, beta = make(B, T, H, HV, D, seed=77)
+    q, k, v, g16, b16 = q.half(), k.half(), v.half(), g.half(), beta.half()
+    h0 = (torch.randn(B, HV, D, D) * 0.1).half()
+    call = gf.chunk_gated_delta_rule if fn == "chunk" else gf.fused_recurrent_gated_delta_rule
+    o, s = call(q, k, v, g16, beta=b16, initial_state=h0, output_final_state=True)
+    assert o.dtype == torch.float16 and o.shape == (B, T, HV, D)
+    assert s.dtype == torch.float32 and s.shape == (B, HV, D, D)
+    ro, rs = batch_ref(q, k, v, g16.float(), b16.float(), h0=h0.float())
+    check_close(o, ro, "o (float16)")
+    check_close(s, rs, "final_state (float16 inputs)", rel=1e-4, tol=1e-4)
+
+
 @pytest.mark.parametrize("H,HV", [(2, 2), (2, 4), (1, 4)])
 @pytest.mark.parametrize("with_h0", [False, True])
 @pytest.mark.parametrize("norm", [False, True])
@@ -289,10 +306,9 @@ def test_errors_unsupported_options():
         (lambda: r(q, k, v, g, gk=torch.zeros(1, 4, 4, 64), beta=beta), "gk"),
         (lambda: r(q, k, v, g, gv=torch.zeros(1, 4, 4, 64), beta=beta), "gv"),
         (lambda: r(q, k, v, g, beta=torch.rand(1, 4, 4, 64)), r"\[B, T, HV, V\]"),
-        (lambda: c(q.half(), k.half(), v.half(), g, beta), "float16"),
         (lambda: c(q.float(), k.float(), v.float(), g, beta), "float32"),
-        (lambda: c(q, k, v, g.half(), beta), "float16"),
-        (lambda: c(q, k, v, g, beta, initial_state=torch.zeros(1, 4, 64, 64, dtype=torch.half)), "float16"),
+        (lambda: c(q, k, v, g.double(), beta), "float64"),
+        (lambda: c(q, k, v, g, beta, initial_state=torch.zeros(1, 4, 64, 64, dtype=torch.double)), "float64"),
         (lambda: c(q, k, v[..., :32], g, beta), "K != V"),
         (lambda: c(q, k, v, g, beta, scale=0.0), "scale=0"),
     ]
@@ -393,7 +409,7 @@ def test_fla_backend_verifier_declines(gdn_backend):
     assert verify(q, k, v, g, beta, 1.0, None, True) == (True, None)
     declined = [
         ((q.float(), k.float(), v.float(), g, beta), {}),
-        ((q.half(), k.half(), v.half(), g, beta), {}),
+        ((q.double(), k.double(), v.double(), g, beta), {}),
         ((q, k, v, g, beta), dict(use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True)),
         ((q, k, v, g, beta), dict(cp_context=object())),
         ((q, k, v, g, beta), dict(head_first=False)),

@@ -39,6 +39,22 @@ def prefill_gates(T, HV, seed):
 # ---------------------------------------------------------------------------------------------------------------
 # chunk_gated_delta_rule
 
+def test_prefill_float16():
+    """float16 q, k, v (FlashInfer takes float16 or bfloat16): the output in float16, a float32 state."""
+    cu = torch.tensor([0, 9, 30], dtype=torch.int32)
+    T, N, H, HV = 30, 2, 2, 4
+    q, k, v = (x.half() for x in tokens(T, H, HV, seed=5))
+    alpha, beta = prefill_gates(T, HV, 6)
+    h0 = torch.randn(N, HV, D, D) * 0.1
+    o, s = gfi.chunk_gated_delta_rule(q, k, v, alpha, beta, initial_state=h0, output_final_state=True,
+                                      cu_seqlens=cu)
+    assert o.dtype == torch.float16 and s.dtype == torch.float32
+    ro, rs = reference(q, k, v, torch.log(alpha), beta, h0=kl(h0), cu=cu.tolist())
+    check_close(o, ro, "output (float16)")
+    for n in range(N):
+        check_close(kl(s[n]), rs[n], f"final state {n} (float16 inputs)", rel=1e-4, tol=1e-4)
+
+
 @pytest.mark.parametrize("cu_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("H,HV", [(2, 2), (2, 4), (1, 4)])
 @pytest.mark.parametrize("norm", [False, True])
@@ -159,12 +175,12 @@ def test_prefill_errors():
     idx = torch.tensor([1], dtype=torch.int32)
     c = gfi.chunk_gated_delta_rule
     for call, match in [
-        (lambda: c(q.half(), k.half(), v.half(), cu_seqlens=cu), "float16"),
+        (lambda: c(q.float(), k.float(), v.float(), cu_seqlens=cu), "float32"),
         (lambda: c(torch.cat([q, q], 1), k, v, cu_seqlens=cu), "GQA"),
         (lambda: c(q, k, v, cu_seqlens=cu, initial_state=torch.zeros(1, HV, D, D, dtype=torch.half)), "float16"),
         (lambda: c(q, k, v, cu_seqlens=cu, initial_state=P, state_indices=idx), "output_state"),
         (lambda: c(q, k, v, cu_seqlens=cu, initial_state=P, output_state=P.clone(), state_indices=idx), "other than"),
-        (lambda: c(q, k, v, cu_seqlens=cu, output=torch.empty(T, HV, D, dtype=torch.half)), "float16"),
+        (lambda: c(q, k, v, cu_seqlens=cu, output=torch.empty(T, HV, D, dtype=torch.float32)), "float32"),
     ]:
         with pytest.raises(NotImplementedError, match=match):
             call()
@@ -346,8 +362,8 @@ def test_decode_errors():
     idx = torch.tensor([1, 2], dtype=torch.int32)
     dp, mtp = gfi.gated_delta_rule_decode_pretranspose, gfi.gated_delta_rule_mtp
     for call, match in [
-        (lambda: dp(q.half(), k.half(), v.half(), S, A_log, a, dt_bias, b), "float16"),
-        (lambda: dp(q, k, v, S, A_log, a.half(), dt_bias, b), "float16"),
+        (lambda: dp(q.float(), k.float(), v.float(), S, A_log, a, dt_bias, b), "float32"),
+        (lambda: dp(q, k, v, S, A_log, a.float(), dt_bias, b), "float32"),
         (lambda: dp(q, k, v, S.half(), A_log, a, dt_bias, b), "float16"),
         (lambda: dp(q, k, v, S, A_log, a, dt_bias, b, scale=0.0), "scale=0"),
         (lambda: dp(q, k, v, None, A_log, a, dt_bias, b, initial_state=P, initial_state_indices=idx,

@@ -267,7 +267,7 @@ def _verify_kw(g, **change):
     (dict(intermediate_states_buffer=torch.zeros(4, 3, HV, D, D)), NotImplementedError, "draft tokens"),
     (dict(intermediate_state_indices=torch.tensor([1, 0, 2, 3], dtype=torch.int32)), NotImplementedError,
      "positional"),
-    (dict(ssm_states=torch.zeros(4, HV, D, D, dtype=torch.float16)), NotImplementedError, "float16"),
+    (dict(ssm_states=torch.zeros(4, HV, D, D, dtype=torch.float64)), NotImplementedError, "float64"),
     (dict(new_feature=torch.zeros(1)), NotImplementedError, "new_feature"),
     (dict(cache_steps=3), ValueError, "cache_steps"),
 ])
@@ -289,10 +289,10 @@ def test_extend_and_decode_errors():
     with pytest.raises(NotImplementedError, match="track_state"):
         KER.extend(q, k, v, gl, beta, track_state=torch.zeros(1, HV, D, D),
                    track_chunk_idx=torch.zeros(1, dtype=torch.int32), **base)
-    with pytest.raises(NotImplementedError, match="float16"):
-        KER.extend(q.half(), k.half(), v.half(), gl, beta, **base)
-    with pytest.raises(NotImplementedError, match="float16"):
-        KER.extend(q, k, v, gl.half(), beta, **base)
+    with pytest.raises(NotImplementedError, match="float32"):
+        KER.extend(q.float(), k.float(), v.float(), gl, beta, **base)
+    with pytest.raises(NotImplementedError, match="float64"):
+        KER.extend(q, k, v, gl.double(), beta, **base)
     with pytest.raises(ValueError, match="output shape"):
         KER.extend(q, k, v, gl, beta, output=torch.empty(1, 3, HV, D, dtype=BF), **base)
     mq = mixed(g, 2)
@@ -301,8 +301,8 @@ def test_extend_and_decode_errors():
         KER.packed_decode(mq, a, b, A_log=A_log, dt_bias=dt_bias, scale=SCALE, ssm_states=pool,
                           cache_indices=torch.tensor([1, 2], dtype=torch.int32), num_v_heads=HV, head_v_dim=D,
                           replayssm_d=torch.zeros(1))
-    with pytest.raises(NotImplementedError, match="float16"):
-        KER.packed_decode(mq.half(), a, b, A_log=A_log, dt_bias=dt_bias, scale=SCALE, ssm_states=pool,
+    with pytest.raises(NotImplementedError, match="float32"):
+        KER.packed_decode(mq.float(), a, b, A_log=A_log, dt_bias=dt_bias, scale=SCALE, ssm_states=pool,
                           cache_indices=torch.tensor([1, 2], dtype=torch.int32), num_v_heads=HV, head_v_dim=D)
     assert bool((pool == 0).all())
 

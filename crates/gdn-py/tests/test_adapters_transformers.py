@@ -86,8 +86,12 @@ def test_errors():
     q, k, v, g, beta = make(1, 4, 2, 4, 64, seed=13)
     with pytest.raises(NotImplementedError, match="float32"):
         gtr.chunk_gated_delta_rule(q.float(), k.float(), v.float(), g, beta)
-    with pytest.raises(NotImplementedError, match="float16"):
-        gtr.recurrent_gated_delta_rule(q.half(), k.half(), v.half(), g, beta)
+    # a float16 model runs (output in float16, as the layer's own path returns it)
+    o16, s16 = gtr.recurrent_gated_delta_rule(q.half(), k.half(), v.half(), g, beta, output_final_state=True)
+    ro, rs = reference(q.half()[0], k.half()[0], v.half()[0], g[0], beta[0])
+    assert o16.dtype == torch.float16 and s16.dtype == torch.float32
+    check_close(o16[0], ro, "float16 output")
+    check_close(s16[0], rs[0], "float16 final state", rel=1e-4, tol=1e-4)
     q.requires_grad_(True)
     o, _ = gtr.chunk_gated_delta_rule(q, k, v, g, beta)
     with pytest.raises(NotImplementedError, match="backward"):

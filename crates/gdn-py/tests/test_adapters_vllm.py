@@ -26,11 +26,11 @@ def randn(g, *shape, scale=1.0, dtype=torch.float32):
     return (torch.randn(*shape, generator=g) * scale).to(dtype)
 
 
-def mixed(g, n, pad_cols=16):
+def mixed(g, n, pad_cols=16, dtype=BF):
     """vLLM's fused projection after the conv: [n, 2*H*D + HV*D] per token [q heads | k heads | v heads], here a
     column slice of a wider buffer (row stride > width) so that every view below is a real strided view."""
     w = 2 * H * D + HV * D
-    buf = randn(g, n, w + pad_cols, dtype=BF)
+    buf = randn(g, n, w + pad_cols, dtype=dtype)
     return buf[:, :w]
 
 
@@ -40,9 +40,9 @@ def split(mq, lead):
     return q.view(*lead, H, D), k.view(*lead, H, D), v.view(*lead, HV, D)
 
 
-def raw_gates(g, n):
-    a = randn(g, n, HV, dtype=BF)
-    b = randn(g, n, HV, dtype=BF)
+def raw_gates(g, n, dtype=BF):
+    a = randn(g, n, HV, dtype=dtype)
+    b = randn(g, n, HV, dtype=dtype)
     A_log = randn(g, HV, scale=0.5)
     dt_bias = randn(g, HV, scale=0.5)
     return A_log, a, dt_bias, b
@@ -88,19 +88,20 @@ SCALE = D ** -0.5
 
 # ---- fused_recurrent_gated_delta_rule_packed_decode -----------------------------------------------------
 
-@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
-def test_packed_decode_pool_view_padding(state_dtype):
+@pytest.mark.parametrize("state_dtype,act", [(torch.float32, BF), (torch.bfloat16, BF),
+                                             (torch.float32, torch.float16), (torch.float16, torch.float16)])
+def test_packed_decode_pool_view_padding(state_dtype, act):
     g = gen(1)
     B, slots, layers, layer = 5, 9, 3, 1
-    mq = mixed(g, B)
-    A_log, a, dt_bias, b = raw_gates(g, B)
-    dt_bias = dt_bias.to(BF)  # vLLM keeps dt_bias in the model dtype
+    mq = mixed(g, B, dtype=act)
+    A_log, a, dt_bias, b = raw_gates(g, B, dtype=act)
+    dt_bias = dt_bias.to(act)  # vLLM keeps dt_bias in the model dtype
     # the pool is one layer's view of a [slots, layers, HV, V, K] buffer: its rows are `layers` states apart
     buf = randn(g, slots, layers, HV, D, D, scale=0.1, dtype=state_dtype)
     pool = buf[:, layer]
     before = buf.clone()
     idx = torch.tensor([3, 0, 7, 1, -1], dtype=torch.int32)  # 0 (NULL_BLOCK_ID) and -1 are padding
-    out = torch.full((B, 1, HV, D), 7.0, dtype=BF)
+    out = torch.full((B, 1, HV, D), 7.0, dtype=act)
     o, st = gv.fused_recurrent_gated_delta_rule_packed_decode(
         mixed_qkv=mq, a=a, b=b, A_log=A_log, dt_bias=dt_bias, scale=SCALE, initial_state=pool, out=out,
         ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
@@ -134,10 +135,10 @@ def test_packed_decode_errors():
     out = torch.empty(B, 1, HV, D, dtype=BF)
     kw = dict(a=a, b=b, A_log=A_log, dt_bias=dt_bias, scale=SCALE, initial_state=pool, out=out,
               ssm_state_indices=idx)
-    with pytest.raises(NotImplementedError, match="float16"):
-        gv.fused_recurrent_gated_delta_rule_packed_decode(mixed_qkv=mq.half(), **kw)
-    with pytest.raises(NotImplementedError, match="float16"):
-        gv.fused_recurrent_gated_delta_rule_packed_decode(mixed_qkv=mq, **{**kw, "initial_state": pool.half()})
+    with pytest.raises(NotImplementedError, match="float32"):
+        gv.fused_recurrent_gated_delta_rule_packed_decode(mixed_qkv=mq.float(), **kw)
+    with pytest.raises(NotImplementedError, match="float64"):
+        gv.fused_recurrent_gated_delta_rule_packed_decode(mixed_qkv=mq, **{**kw, "initial_state": pool.double()})
     with pytest.raises(ValueError, match="out"):
         gv.fused_recurrent_gated_delta_rule_packed_decode(mixed_qkv=mq, **{**kw, "out": out[:1]})
     with pytest.raises(ValueError, match="ssm_state_indices"):
@@ -463,7 +464,7 @@ def _decode_args(g, N=2):
     (dict(num_accepted_tokens=torch.ones(2, dtype=torch.int32)), NotImplementedError, "num_accepted_tokens"),
     (dict(ssm_state_indices=None), ValueError, "ssm_state_indices"),
     (dict(initial_state=None), ValueError, "initial_state"),
-    (dict(initial_state=torch.zeros(4, HV, D, D, dtype=torch.float16)), NotImplementedError, "float16"),
+    (dict(initial_state=torch.zeros(4, HV, D, D, dtype=torch.float64)), NotImplementedError, "float64"),
     (dict(scale=0.0), ValueError, "scale"),
     (dict(cu_seqlens=torch.tensor([0, 2, 2], dtype=torch.int32)), ValueError, "cu_seqlens"),
 ])
@@ -490,8 +491,8 @@ def test_recurrent_errors():
     with pytest.raises(NotImplementedError, match="1-D ssm_state_indices with 3 tokens"):
         gv.fused_recurrent_gated_delta_rule(q, k, v, gl, beta, initial_state=pool,
                                             ssm_state_indices=torch.tensor([1, 2], dtype=torch.int32))
-    with pytest.raises(NotImplementedError, match="float16"):
-        gv.fused_recurrent_gated_delta_rule(q.half(), k.half(), v.half(), gl, beta, initial_state=pool,
+    with pytest.raises(NotImplementedError, match="float32"):
+        gv.fused_recurrent_gated_delta_rule(q.float(), k.float(), v.float(), gl, beta, initial_state=pool,
                                             ssm_state_indices=torch.tensor([[1, 2, 3], [4, 5, 6]],
                                                                            dtype=torch.int32))
     with pytest.raises(ValueError, match="batch size"):
@@ -519,16 +520,16 @@ def test_chunk_errors():
     gl = -torch.rand(1, 4, HV, generator=g)
     beta = torch.rand(1, 4, HV, generator=g)
     cu = torch.tensor([0, 4], dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match="float16"):
-        gv.chunk_gated_delta_rule(q.half(), q.half(), v.half(), gl, beta, cu_seqlens=cu)
+    with pytest.raises(NotImplementedError, match="float32"):
+        gv.chunk_gated_delta_rule(q.float(), q.float(), v.float(), gl, beta, cu_seqlens=cu)
     with pytest.raises(NotImplementedError, match="float32"):
         gv.chunk_gated_delta_rule(q.float(), q.float(), v.float(), gl, beta, cu_seqlens=cu)
     with pytest.raises(ValueError, match="beta"):
         gv.chunk_gated_delta_rule(q, q, v, gl, beta[0], cu_seqlens=cu)
     with pytest.raises(ValueError, match="number of initial states"):
         gv.chunk_gated_delta_rule(q, q, v, gl, beta, initial_state=torch.zeros(2, HV, D, D), cu_seqlens=cu)
-    with pytest.raises(NotImplementedError, match="float16"):
-        gv.chunk_gated_delta_rule(q, q, v, gl.half(), beta, cu_seqlens=cu)
+    with pytest.raises(NotImplementedError, match="float64"):
+        gv.chunk_gated_delta_rule(q, q, v, gl.double(), beta, cu_seqlens=cu)
     with pytest.raises(NotImplementedError, match="scale=0"):
         gv.chunk_gated_delta_rule(q, q, v, gl, beta, scale=0, cu_seqlens=cu)
 

@@ -51,9 +51,15 @@ Neither torch nor NumPy is imported by this module: it works with whichever the 
 implementations) for torch.compile.
 """
 
+import os as _os
 import sys as _sys
 
 from . import _gdn
+
+# The sm_90a CUBINs built with the wheel (gdn/cubin/, `gdn kernels --ship`): the driver test-loads each at first use;
+# one it refuses, or a module not shipped, is compiled with NVRTC as without them.
+if _os.path.isfile(_os.path.join(_os.path.dirname(__file__), "cubin", "STORE")):
+    _gdn.use_shipped_kernels(_os.path.join(_os.path.dirname(__file__), "cubin"))
 
 __all__ = ["decode", "prefill", "mtp", "cuda_unavailable_reason", "__version__"]
 __version__ = _gdn.__version__
@@ -180,7 +186,12 @@ def _run(fn, inputs, scale, output, state_out, state_in, serving=False, max_seql
     plan = _gdn.call(fn, inputs, _NAMES[fn], scale, serving, max_seqlen, output, dest, extra, opts)
     if plan is None:
         return output, state_out
-    q = inputs[0]
+    return _finish(plan, fn, inputs[0], output, state_out, dest, state_in)
+
+
+def _finish(plan, fn, q, output, state_out, dest, state_in):
+    """The second step of a call: allocates the missing outputs and the prefill workspace (torch / NumPy, like
+    q), then runs the plan. dest: the state output passed to the binding (None for MTP in definition mode)."""
     if output is None:
         output = _empty_like_family(q, plan.output_shape, q, None)
     if fn != "mtp" and state_out is None:
@@ -246,6 +257,11 @@ def decode(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, scale=None,
         ``(output, new_state)`` (``new_state`` is the pool with ``state_indices``). A bfloat16 / float16 ``state``
         gives a ``new_state`` of its dtype (math in fp32).
     """
+    # a call with its destinations given runs in one step in the binding; None: the general path below
+    r = _gdn.decode(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state, g, alpha, beta,
+                    use_qk_l2norm_in_kernel, state_layout, state_indices, pad, has_initial_state)
+    if r is not None:
+        return r
     extra, opts = _serving(g, alpha, beta, state_indices, has_initial_state, None, None, None,
                            use_qk_l2norm_in_kernel, state_layout, pad, 0)
     return _run("decode", (q, k, v, state, A_log, a, dt_bias, b), scale, output, new_state, state,
@@ -298,6 +314,11 @@ def prefill(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlens
         ``(output, new_state)`` (``new_state`` is the pool with ``state_indices``). Without a pool, a
         zero-length sequence's ``new_state`` row is zero, as in the definition.
     """
+    r = _gdn.prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, output, new_state, max_seqlen, g,
+                     alpha, beta, use_qk_l2norm_in_kernel, state_layout, state_indices, pad, has_initial_state,
+                     checkpoint_every, checkpoint_cu_starts, checkpoints)
+    if r is not None:
+        return r
     extra, opts = _serving(g, alpha, beta, state_indices, has_initial_state, None, checkpoint_cu_starts,
                            checkpoints, use_qk_l2norm_in_kernel, state_layout, pad, checkpoint_every)
     return _run("prefill", (q, k, v, state, A_log, a, dt_bias, b, cu_seqlens), scale, output, new_state, state,
@@ -337,9 +358,14 @@ def mtp(q, k, v, initial_state, initial_state_indices, A_log=None, a=None, dt_bi
     Returns:
         ``(output, final_state)`` where ``final_state`` is ``initial_state``.
     """
+    r = _gdn.mtp(q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, scale, intermediate_states_buffer,
+                 output, update_pool, g, alpha, beta, use_qk_l2norm_in_kernel, state_layout, pad, has_initial_state,
+                 num_accepted_tokens)
+    if r is not None:
+        return r
+    inputs = (q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, intermediate_states_buffer)
     extra, opts = _serving(g, alpha, beta, None, has_initial_state, num_accepted_tokens, None, None,
                            use_qk_l2norm_in_kernel, state_layout, pad, 0)
-    inputs = (q, k, v, initial_state, initial_state_indices, A_log, a, dt_bias, b, intermediate_states_buffer)
     serving = bool(update_pool) or num_accepted_tokens is not None
     return _run("mtp", inputs, scale, output, None, initial_state, serving=serving, extra=extra, opts=opts)
 

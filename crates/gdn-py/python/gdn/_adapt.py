@@ -4,9 +4,10 @@ and an autograd guard.
 
 The adapters keep the host path thin: a tensor gdn takes as it is (a view with contiguous rows, a dense state)
 is passed as it is, and a copy is made only where gdn cannot take the layout or the engine's contract allocates.
-Dtype widening is done only where it is exact (bfloat16 -> float32 for gates, A_log, dt_bias and states);
-anything gdn does not compute (float16 activations or states, float32 activations) raises
-``NotImplementedError`` naming the argument and its dtype, never a silent cast.
+Dtype widening is done only where it is exact (bfloat16 / float16 -> float32 for gates, A_log, dt_bias and states);
+anything gdn does not compute (float32 activations, fp8 states) raises ``NotImplementedError`` naming the argument
+and its dtype, never a silent cast. Activations are bfloat16 or float16 (q, k, v, a, b and the output all one
+dtype: gdn raises ``TypeError`` naming the one that differs).
 
 torch only: the adapters import this module; ``gdn`` itself does not.
 """
@@ -16,11 +17,12 @@ import weakref
 import torch
 
 __all__ = [
-    "unsupported", "need_bf16", "gate_f32", "beta_dtype", "state_dtype", "dense", "rows", "tokens",
+    "unsupported", "need_act16", "gate_f32", "beta_dtype", "state_dtype", "dense", "rows", "tokens",
     "needs_grad", "no_backward", "seq_offsets", "iota", "zeros_f32", "zeros_i32", "host_lengths", "param_f32",
 ]
 
 _BF16 = torch.bfloat16
+_F16 = torch.float16
 _F32 = torch.float32
 
 
@@ -33,40 +35,43 @@ def _dtype_name(dt):
     return str(dt).replace("torch.", "")
 
 
-def need_bf16(fn, name, x):
-    """q, k, v, output, raw gates: gdn runs bfloat16 activations only."""
-    if x.dtype is not _BF16:
+def need_act16(fn, name, x):
+    """q, k, v, output, raw gates: gdn runs bfloat16 or float16 activations."""
+    if x.dtype is not _BF16 and x.dtype is not _F16:
         raise NotImplementedError(
             f"{fn}: argument '{name}': dtype {_dtype_name(x.dtype)} is not supported by gdn "
-            "(bfloat16 activations only; float16 is not implemented)")
+            "(bfloat16 or float16 activations)")
     return x
 
 
 def gate_f32(fn, name, x):
-    """A float32 operand (log or linear decay, A_log, dt_bias): float32 as it is, bfloat16 widened (exact)."""
+    """A float32 operand (log or linear decay, A_log, dt_bias): float32 as it is, bfloat16 / float16 widened
+    (exact)."""
     dt = x.dtype
     if dt is _F32:
         return x
-    if dt is _BF16:
+    if dt is _BF16 or dt is _F16:
         return x.float()
     raise NotImplementedError(
-        f"{fn}: argument '{name}': dtype {_dtype_name(dt)} is not supported by gdn (float32 or bfloat16)")
+        f"{fn}: argument '{name}': dtype {_dtype_name(dt)} is not supported by gdn (float32, bfloat16 or float16)")
 
 
 def beta_dtype(fn, name, x):
-    """beta after the sigmoid: float32 or bfloat16, passed as it is."""
-    if x.dtype is not _F32 and x.dtype is not _BF16:
+    """beta after the sigmoid: float32, bfloat16 or float16, passed as it is (gdn takes float32 or q's dtype)."""
+    if x.dtype is not _F32 and x.dtype is not _BF16 and x.dtype is not _F16:
         raise NotImplementedError(
-            f"{fn}: argument '{name}': dtype {_dtype_name(x.dtype)} is not supported by gdn (float32 or bfloat16)")
+            f"{fn}: argument '{name}': dtype {_dtype_name(x.dtype)} is not supported by gdn "
+            "(float32, bfloat16 or float16)")
     return x
 
 
-def state_dtype(fn, name, x):
-    """A recurrent state: float32 or bfloat16 (float16 and fp8 states are not implemented)."""
-    if x.dtype is not _F32 and x.dtype is not _BF16:
+def state_dtype(fn, name, x, fp16=True):
+    """A recurrent state: float32, bfloat16 or (with `fp16`, where the engine has float16 states) float16; fp8
+    states are not implemented."""
+    if x.dtype is not _F32 and x.dtype is not _BF16 and not (fp16 and x.dtype is _F16):
+        allowed = "float32, bfloat16 or float16" if fp16 else "float32 or bfloat16"
         raise NotImplementedError(
-            f"{fn}: argument '{name}': state dtype {_dtype_name(x.dtype)} is not supported by gdn "
-            "(float32 or bfloat16)")
+            f"{fn}: argument '{name}': state dtype {_dtype_name(x.dtype)} is not supported by gdn ({allowed})")
     return x
 
 
@@ -75,11 +80,11 @@ _PARAMS = {}  # id(param) -> (weakref to param, param._version, float32 contiguo
 
 def param_f32(fn, name, x):
     """A_log / dt_bias as gdn takes them: float32, contiguous, flat. vLLM and sglang keep dt_bias in the model dtype
-    (bfloat16): the widened copy is made once per parameter (again after an in-place update) and cached, so decode
-    steps and CUDA-graph captures do not allocate for it."""
+    (bfloat16 or float16): the widened copy is made once per parameter (again after an in-place update) and cached,
+    so decode steps and CUDA-graph captures do not allocate for it."""
     if x.dtype is _F32 and x.is_contiguous():
         return x
-    gate_f32(fn, name, x)  # (the dtype check: float32 or bfloat16)
+    gate_f32(fn, name, x)  # (the dtype check: float32, bfloat16 or float16)
     if x.is_inference():  # no version counter to tell an in-place update: widened at every call
         return x.to(_F32).contiguous().view(-1)
     hit = _PARAMS.get(id(x))

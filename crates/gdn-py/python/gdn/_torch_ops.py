@@ -14,6 +14,13 @@ None), `use_qk_l2norm_in_kernel`, `state_layout`, int32 `cu_seqlens` — and pre
 Pool ops (`decode_pool`, `prefill_pool`, `mtp_pool`): the state pool is updated in place (declared mutated) and
 only `output` is returned, as the serving engines call them: `state_indices` / spec-decode slots, `pad`,
 `has_initial_state`, plus everything the functional ops take.
+
+Registration: `torch.library.custom_op` for the ops whose mutated tensors are all required; the ops with an
+optional mutated buffer (`checkpoints`, `intermediate_states_buffer`) are defined from the same inferred schema
+with `torch.library.define` / `impl` / `register_fake`. custom_op's version-counter kernel in torch 2.10 and
+2.11 indexes the dispatcher's arguments by schema position, and the dispatcher leaves out trailing arguments
+at their defaults, so a call that omits the buffer raised IndexError there; a schema defined directly has no
+such kernel, and torch.compile reads the same mutation annotations from it.
 """
 from typing import Optional, Tuple
 
@@ -23,6 +30,33 @@ from torch import Tensor
 from . import decode as _decode
 from . import mtp as _mtp
 from . import prefill as _prefill
+
+
+def _op(name: str, mutates_args: Tuple[str, ...]):
+    """Defines `gdn::<name>` from the function's inferred schema and registers it as the op's kernel for every
+    device (as custom_op does); returns an object with `register_fake`, like custom_op's."""
+    qualname = f"gdn::{name}"
+
+    def define(fn):
+        torch.library.define(qualname, torch.library.infer_schema(fn, mutates_args=mutates_args))
+        torch.library.impl(qualname, "CompositeExplicitAutograd", fn)
+        return _Defined(qualname, fn)
+
+    return define
+
+
+class _Defined:
+    """An op registered by `_op`: calling it calls `torch.ops.gdn.<name>`."""
+
+    def __init__(self, qualname, fn):
+        self._qualname, self.__doc__ = qualname, fn.__doc__
+        self._op = getattr(torch.ops.gdn, qualname.split("::")[1])
+
+    def __call__(self, *args, **kwargs):
+        return self._op(*args, **kwargs)
+
+    def register_fake(self, fn):
+        return torch.library.register_fake(self._qualname)(fn)
 
 
 def _state_out(ref: Tensor, state: Optional[Tensor], rows: int) -> Tensor:
@@ -47,7 +81,7 @@ def _(q, k, v, state, A_log, a, dt_bias, b, scale=None, g=None, alpha=None, beta
     return v.new_empty(v.shape), _state_out(v, state, v.shape[0])
 
 
-@torch.library.custom_op("gdn::prefill", mutates_args=("checkpoints",))
+@_op("prefill", mutates_args=("checkpoints",))
 def prefill(q: Tensor, k: Tensor, v: Tensor, state: Optional[Tensor], A_log: Optional[Tensor], a: Optional[Tensor],
             dt_bias: Optional[Tensor], b: Optional[Tensor], cu_seqlens: Tensor, scale: Optional[float] = None,
             max_seqlen: Optional[int] = None, g: Optional[Tensor] = None, alpha: Optional[Tensor] = None,
@@ -68,7 +102,7 @@ def _(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, max_seqlen=N
     return v.new_empty(v.shape), _state_out(v, state, cu_seqlens.shape[0] - 1)
 
 
-@torch.library.custom_op("gdn::mtp", mutates_args=("intermediate_states_buffer",))
+@_op("mtp", mutates_args=("intermediate_states_buffer",))
 def mtp(q: Tensor, k: Tensor, v: Tensor, initial_state: Tensor, initial_state_indices: Tensor,
         A_log: Optional[Tensor], a: Optional[Tensor], dt_bias: Optional[Tensor], b: Optional[Tensor],
         scale: Optional[float] = None, intermediate_states_buffer: Optional[Tensor] = None, g: Optional[Tensor] = None,
@@ -107,7 +141,7 @@ def _(q, k, v, state, state_indices, A_log, a, dt_bias, b, scale=None, g=None, a
     return v.new_empty(v.shape)
 
 
-@torch.library.custom_op("gdn::prefill_pool", mutates_args=("state", "checkpoints"))
+@_op("prefill_pool", mutates_args=("state", "checkpoints"))
 def prefill_pool(q: Tensor, k: Tensor, v: Tensor, state: Tensor, state_indices: Tensor, A_log: Optional[Tensor],
                  a: Optional[Tensor], dt_bias: Optional[Tensor], b: Optional[Tensor], cu_seqlens: Tensor,
                  scale: Optional[float] = None, max_seqlen: Optional[int] = None, g: Optional[Tensor] = None,
@@ -131,7 +165,7 @@ def _(q, k, v, state, state_indices, A_log, a, dt_bias, b, cu_seqlens, scale=Non
     return v.new_empty(v.shape)
 
 
-@torch.library.custom_op("gdn::mtp_pool", mutates_args=("initial_state", "intermediate_states_buffer"))
+@_op("mtp_pool", mutates_args=("initial_state", "intermediate_states_buffer"))
 def mtp_pool(q: Tensor, k: Tensor, v: Tensor, initial_state: Tensor, initial_state_indices: Tensor,
              A_log: Optional[Tensor], a: Optional[Tensor], dt_bias: Optional[Tensor], b: Optional[Tensor],
              scale: Optional[float] = None, intermediate_states_buffer: Optional[Tensor] = None,

@@ -15,20 +15,20 @@ Swap: ``from gdn.fla import chunk_gated_delta_rule, fused_recurrent_gated_delta_
   ``output_final_state=True`` (else None); a zero-length sequence keeps its initial state;
 * ``scale`` None means ``K ** -0.5``; the output is ``[B, T, HV, V]`` in the activations' dtype.
 
-gdn computes it with bfloat16 activations and float32 (or bfloat16) states, K = V (128 on CUDA; 64 or 128 on the
-CPU). What it does not compute raises ``NotImplementedError`` naming the option, never a different result:
-``allow_neg_eigval``, ``gk`` / ``gv``, per-channel ``beta [B, T, HV, V]``, ``cp_context``, ``K != V``, float16
-or float32 activations, float16 states or gates, ``scale=0`` (FLA multiplies by zero; gdn reads 0 as the
+gdn computes it with bfloat16 or float16 activations and float32, bfloat16 or float16 states, K = V (128 on
+CUDA; 64 or 128 on the CPU). What it does not compute raises ``NotImplementedError`` naming the option, never a
+different result: ``allow_neg_eigval``, ``gk`` / ``gv``, per-channel ``beta [B, T, HV, V]``, ``cp_context``,
+``K != V``, float32 activations, ``scale=0`` (FLA multiplies by zero; gdn reads 0 as the
 default), and backward: with autograd recording, the outputs join the graph and their backward raises.
 
-Where the result still matches FLA exactly in meaning but the host does work: a bfloat16 initial state is
-widened to a float32 copy (FLA reads it in float32 and returns a float32 state); precomputed-gate calls whose
+Where the result still matches FLA exactly in meaning but the host does work: a bfloat16 or float16 initial state
+is widened to a float32 copy (FLA reads it in float32 and returns a float32 state); precomputed-gate calls whose
 gates gdn cannot take natively (``use_gate_in_kernel`` with float32 inputs, ``use_beta_sigmoid_in_kernel`` with
 log ``g``) compute the gate in float32 with torch first; a varlen call with an initial state and a final state
 whose lengths are not known on the host (``cu_seqlens_cpu`` not given) copies the initial states into the final
 state and runs gdn's pool mode, so that zero-length sequences keep their initial state; batch-first calls with
 T > 1 use a cached int32 ``cu_seqlens``. q/k L2 norm follows FLA's chunk path (normalised rows rounded to
-bfloat16 before use); FLA's recurrent kernel keeps them in float32, a rounding-level difference.
+the activations' dtype before use); FLA's recurrent kernel keeps them in float32, a rounding-level difference.
 """
 
 import warnings
@@ -66,10 +66,8 @@ def _heads(fn, q, k, v):
     if qs != ks or vs[0] != qs[0] or vs[1] != qs[1]:
         raise ValueError(f"{fn}: q, k [B, T, H, K] and v [B, T, HV, V] disagree: {tuple(qs)}, {tuple(ks)}, "
                          f"{tuple(vs)}")
-    bf16 = torch.bfloat16
-    if q.dtype is not bf16 or k.dtype is not bf16 or v.dtype is not bf16:
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            A.need_bf16(fn, name, x)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        A.need_act16(fn, name, x)
     if qs[3] != vs[3]:
         raise A.unsupported(fn, f"K != V (K={qs[3]}, V={vs[3]}; gdn's state is square)")
 
@@ -84,9 +82,9 @@ def _gate_shape(fn, name, x, q, v):
 
 
 def _float_dtype(fn, name, x):
-    if x.dtype is not torch.float32 and x.dtype is not torch.bfloat16:
+    if x.dtype is not torch.float32 and x.dtype is not torch.bfloat16 and x.dtype is not torch.float16:
         raise NotImplementedError(f"{fn}: argument '{name}': dtype {str(x.dtype).replace('torch.', '')} is not "
-                                  "supported by gdn (float32 or bfloat16)")
+                                  "supported by gdn (float32, bfloat16 or float16)")
 
 
 def _plan(fn, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
@@ -148,9 +146,9 @@ def _forward(fn, q, k, v, g, beta, scale, h0, output_final_state, qk_norm, raw_g
     layout = "k-last" if v_first else "k-first"
     N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
 
-    # gates: gdn's raw mode when it matches (bf16 raw g and beta logits), else precomputed float32 log decay
+    # gates: gdn's raw mode when it matches (raw g and beta logits in q's dtype), else precomputed float32 log decay
     A_l = a = dtb = b = gl = bt = None
-    if raw_gate and beta_sigmoid and beta is not None and g.dtype is torch.bfloat16 and beta.dtype is torch.bfloat16:
+    if raw_gate and beta_sigmoid and beta is not None and g.dtype is q.dtype and beta.dtype is q.dtype:
         A_l = A.dense(A.gate_f32(fn, "A_log", A_log).reshape(HV))
         dtb = A.dense(A.gate_f32(fn, "dt_bias", dt_bias).reshape(HV)) if dt_bias is not None else \
             A.zeros_f32((HV,), dev)
@@ -172,10 +170,10 @@ def _forward(fn, q, k, v, g, beta, scale, h0, output_final_state, qk_norm, raw_g
         else:
             bt = A.dense(A.beta_dtype(fn, "beta", beta))
 
-    # state: float32 math from a bfloat16 state (FLA returns a float32 final state)
+    # state: float32 math from a bfloat16 / float16 state (FLA returns a float32 final state)
     state = None
     if h0 is not None:
-        state = h0.to(torch.float32, memory_format=torch.contiguous_format) if h0.dtype is torch.bfloat16 \
+        state = h0.to(torch.float32, memory_format=torch.contiguous_format) if h0.dtype is not torch.float32 \
             else A.dense(h0)
     pool = None
     if cu_seqlens is not None and state is not None and output_final_state:

@@ -18,13 +18,14 @@ gated_delta_rule_mtp`` in place of the ``flashinfer`` imports. Semantics are Fla
   T > 1 is multi-token verify; ``intermediate_states_buffer`` ``[>= B, T, HV, V, K]`` receives the state after
   each token of batch entry b in row b; ``disable_state_update`` leaves the pool as it is.
 
-gdn computes these with bfloat16 activations and float32 or bfloat16 states, HV a multiple of H (value head h
-reads q/k head ``h // (HV // H)``), K = V. ``NotImplementedError`` names what it does not compute: float16
-(or float32) activations, float16 / fp8 states, GQA (more q than k heads), ``output_state_indices`` other than
-``initial_state_indices``, ``ssm_state_indices``, ReplaySSM caching, uGPU (5-D) pools, an intermediate buffer
-with more steps than T or in bfloat16, and for prefill with ``state_indices`` an ``output_state`` other than
-the pool itself (gdn updates the pool in place). ``backend``, ``use_cp`` and ``_cp_chunk_len`` choose among
-FlashInfer's implementations: their values are checked as FlashInfer does and gdn picks its own plan.
+gdn computes these with bfloat16 or float16 activations and float32 or bfloat16 states, HV a multiple of H (value head h
+reads q/k head ``h // (HV // H)``), K = V. ``NotImplementedError`` names what it does not compute: float32
+activations, float16 / fp8 states (FlashInfer's kernels keep float32 or bfloat16 states), GQA (more q than k
+heads), ``output_state_indices`` other than ``initial_state_indices``, ``ssm_state_indices``, ReplaySSM
+caching, uGPU (5-D) pools, an intermediate buffer with more steps than T or in bfloat16, and for prefill with
+``state_indices`` an ``output_state`` other than the pool itself (gdn updates the pool in place). ``backend``,
+``use_cp`` and ``_cp_chunk_len`` choose among FlashInfer's implementations: their values are checked as FlashInfer
+does and gdn picks its own plan.
 
 Where gdn's result differs from FlashInfer's only where FlashInfer leaves it undefined or to the caller:
 padding entries (index < 0) read and write no state and get zero output rows (FlashInfer's bfloat16-state
@@ -67,14 +68,14 @@ def _heads(fn, q, k, v, ndim):
     if HV % H:
         raise ValueError(f"{fn}: num_v_heads ({HV}) must be a multiple of num_q_heads ({H})")
     for name, x in (("q", q), ("k", k), ("v", v)):
-        A.need_bf16(fn, name, x)
+        A.need_act16(fn, name, x)
     if q.shape[-1] != v.shape[-1]:
         raise A.unsupported(fn, f"K != V (K={q.shape[-1]}, V={v.shape[-1]}; gdn's state is square)")
 
 
 def _out(fn, output):
     if output is not None:
-        A.need_bf16(fn, "output", output)
+        A.need_act16(fn, "output", output)
     return output
 
 
@@ -83,8 +84,8 @@ def _dt_bias(fn, dt_bias):
 
 
 def _raw_gates(fn, a, b, scale):
-    A.need_bf16(fn, "a", a)
-    A.need_bf16(fn, "b", b)
+    A.need_act16(fn, "a", a)
+    A.need_act16(fn, "b", b)
     if scale is not None and float(scale) == 0.0:
         # the decode / MTP kernels multiply q by the scale as given; gdn reads 0 as 1/sqrt(K)
         raise A.unsupported(fn, "scale=0")
@@ -112,7 +113,7 @@ def chunk_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state
         if state_checkpoints is None or checkpoint_cu_starts is None:
             raise ValueError("state_checkpoints and checkpoint_cu_starts must both be provided "
                              "when checkpoint_every_n_tokens > 0")
-        A.state_dtype(fn, "state_checkpoints", state_checkpoints)
+        A.state_dtype(fn, "state_checkpoints", state_checkpoints, fp16=False)
     elif state_checkpoints is not None or checkpoint_cu_starts is not None:
         raise ValueError("state_checkpoints and checkpoint_cu_starts must be None when checkpoint_every_n_tokens == 0")
     if cu_seqlens is None:
@@ -142,7 +143,7 @@ def chunk_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state
         torch.ones((T, HV), dtype=torch.float32, device=dev)
     for name, x in (("initial_state", initial_state), ("output_state", output_state)):
         if x is not None:
-            A.state_dtype(fn, name, x)
+            A.state_dtype(fn, name, x, fp16=False)
     common = dict(cu_seqlens=cu_seqlens, scale=scale, output=output, max_seqlen=max_seqlen, alpha=alpha, beta=bt,
                   use_qk_l2norm_in_kernel=bool(use_qk_l2norm_in_kernel),
                   checkpoint_every=int(checkpoint_every_n_tokens), checkpoint_cu_starts=checkpoint_cu_starts,
@@ -258,7 +259,7 @@ def gated_delta_rule_decode_pretranspose(q, k, v, state, A_log, a, dt_bias, b, s
     if use_pool:
         if initial_state.dim() == 5:
             raise A.unsupported(fn, "a uGPU-localized 5-D initial_state pool")
-        A.state_dtype(fn, "initial_state", initial_state)
+        A.state_dtype(fn, "initial_state", initial_state, fp16=False)
         if T == 1:
             out, _ = _decode(q, k, v, initial_state, A_log, a, dt_bias, b, scale, output=output,
                              state_indices=initial_state_indices, use_qk_l2norm_in_kernel=qk)
@@ -268,7 +269,7 @@ def gated_delta_rule_decode_pretranspose(q, k, v, state, A_log, a, dt_bias, b, s
         return out, initial_state
     if state is None:
         raise ValueError("Either state or initial_state must be provided")
-    A.state_dtype(fn, "state", state)
+    A.state_dtype(fn, "state", state, fp16=False)
     work = A.dense(state)  # FlashInfer too works on a contiguous copy of a strided state and copies it back
     if T == 1:
         out, _ = _decode(q, k, v, work, A_log, a, dt_bias, b, scale, output=output, new_state=work,
@@ -293,7 +294,7 @@ def gated_delta_rule_decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, ou
         raise ValueError(f"unsupported GDN backend: {backend!r}")
     _raw_gates(fn, a, b, scale)
     _out(fn, output)
-    A.state_dtype(fn, "state", state)
+    A.state_dtype(fn, "state", state, fp16=False)
     work = A.dense(state)
     out, _ = _decode(q, k, v, work, A_log, a, _dt_bias(fn, dt_bias), b, scale, output=output, new_state=work,
                      use_qk_l2norm_in_kernel=bool(use_qk_l2norm), state_layout="k-first")
@@ -329,7 +330,7 @@ def gated_delta_rule_mtp(q, k, v, initial_state, initial_state_indices, A_log, a
     _heads(fn, q, k, v, 4)
     _raw_gates(fn, a, b, scale)
     _out(fn, output)
-    A.state_dtype(fn, "initial_state", initial_state)
+    A.state_dtype(fn, "initial_state", initial_state, fp16=False)
     if initial_state_indices.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"initial_state_indices must be int32 or int64, got {initial_state_indices.dtype}")
     out = _mtp_run(fn, q, k, v, initial_state, initial_state_indices, A_log, a, _dt_bias(fn, dt_bias), b, scale,

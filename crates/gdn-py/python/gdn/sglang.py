@@ -31,8 +31,8 @@ What differs, and what raises:
   n; checked on CPU tensors, the caller's contract on CUDA), hence ``stable_rows`` raises.
 * ``extend`` returns as ``h`` the checkpoints sglang asks for (``uses_state_checkpoints`` is True, as for
   FlashInfer's kernel), float32, not FLA's per-chunk states.
-* ``NotImplementedError`` (naming the option) for: float16 or float32 activations, float16 states, a
-  bfloat16 intermediate buffer, an intermediate buffer with room for more steps than draft tokens (adaptive
+* ``NotImplementedError`` (naming the option) for: float32 activations, fp8 states, a
+  16-bit intermediate buffer, an intermediate buffer with room for more steps than draft tokens (adaptive
   draft counts), tree verify (``retrieve_parent_token``), ``stable_rows``, ReplaySSM rings, ``track_state``,
   a checkpoint interval that is not a multiple of 64, one draft token, and any keyword sglang adds that this
   class does not know.
@@ -46,7 +46,6 @@ from gdn import _adapt as _ad
 
 __all__ = ["GDNKernel", "patch", "unpatch"]
 
-_BF16 = torch.bfloat16
 _F32 = torch.float32
 _I32 = torch.int32
 
@@ -64,8 +63,8 @@ def _dt(x):
 
 
 def _bf16(fn, name, x):
-    """q, k, v, outputs and raw gates: bfloat16 only."""
-    _ad.need_bf16(_name(fn), name, x)
+    """q, k, v, outputs and raw gates: bfloat16 or float16."""
+    _ad.need_act16(_name(fn), name, x)
 
 
 def _state(fn, name, x):
@@ -73,13 +72,13 @@ def _state(fn, name, x):
 
 
 def _gate(fn, name, x):
-    """A float32 operand: bfloat16 widened (exact); float16 raises."""
+    """A float32 operand: bfloat16 / float16 widened (exact)."""
     return _ad.gate_f32(_name(fn), name, x)
 
 
 
 def _param_f32(fn, name, x):
-    """A_log / dt_bias: float32, contiguous, flat; a bfloat16 parameter widened once and cached (_adapt.param_f32)."""
+    """A_log / dt_bias: float32, contiguous, flat; a 16-bit parameter widened once and cached (_adapt.param_f32)."""
     return _ad.param_f32(_name(fn), name, x)
 
 
@@ -122,7 +121,7 @@ class GDNKernel:
 
     def packed_decode(self, mixed_qkv, a, b, *, A_log, dt_bias, scale, ssm_states, cache_indices, num_v_heads,
                       head_v_dim, **kwargs):
-        """One decode step from the packed projection: mixed_qkv ``[B, 2*H*K + HV*V]`` bfloat16 (rows may be
+        """One decode step from the packed projection: mixed_qkv ``[B, 2*H*K + HV*V]`` bfloat16 or float16 (rows may be
         further apart than one row's width), a, b ``[B, HV]``, A_log / dt_bias ``[HV]``, the pool
         ``ssm_states [slots, HV, V, K]`` updated in place at ``cache_indices [B]`` (-1: padding). Returns the
         output ``[1, B, HV, V]`` (a view of a ``[B, 1, HV, V]`` tensor, as sglang's kernel returns it)."""
@@ -211,9 +210,7 @@ class GDNKernel:
         else:
             o = q.new_empty(1, L, HV, V)
         g = _flat(_gate(fn, "g", g))
-        if beta.dtype is not _F32 and beta.dtype is not _BF16:
-            raise NotImplementedError(f"{_name(fn)}: argument 'beta': dtype {_dt(beta)} is not supported by gdn "
-                                      "(float32 or bfloat16)")
+        _ad.beta_dtype(_name(fn), "beta", beta)
         beta = _flat(beta)
         ck = {}
         h = None

@@ -17,10 +17,10 @@ always pass it), the final state float32 ``[B, HV, K, V]`` with ``output_final_s
 the query's dtype; packed sequences through ``cu_seqlens`` with B = 1 (``max_length_q``, when the layer
 forwards it, is used as the length hint). ``chunk_size`` is accepted (gdn picks its own tiling).
 
-gdn runs bfloat16 activations: load the model in ``torch.bfloat16`` (on CUDA or the CPU). A float32 or float16
-model raises ``NotImplementedError`` naming the dtype (nothing is cast behind the caller's back). Backward is not
-implemented: with autograd recording, the outputs join the graph and their backward raises; run inference under
-``torch.no_grad()`` / ``torch.inference_mode()`` (``generate`` does).
+gdn runs bfloat16 or float16 activations: load the model in ``torch.bfloat16`` or ``torch.float16`` (on CUDA or
+the CPU). A float32 model raises ``NotImplementedError`` naming the dtype (nothing is cast behind the caller's
+back). Backward is not implemented: with autograd recording, the outputs join the graph and their backward
+raises; run inference under ``torch.no_grad()`` / ``torch.inference_mode()`` (``generate`` does).
 
 Numerics beside transformers' own torch path: transformers normalises q/k and computes the recurrence in
 float32 from the bfloat16 inputs; gdn rounds the normalised q/k rows to bfloat16 before use (as FLA's chunk

@@ -34,7 +34,7 @@ What differs, and what raises:
   on CUDA its values stay on the device, unchecked.
 * Output rows of padded sequences and of tokens past ``cu_seqlens[-1]`` are zero (vLLM leaves them
   uninitialised).
-* ``NotImplementedError`` (naming the option) for: float16 or float32 activations, float16 states,
+* ``NotImplementedError`` (naming the option) for: float32 activations, fp8 states,
   ``is_kda``, a softplus ``beta != 1`` or ``threshold != 20``, headwise ``beta [.., HV, V]``,
   ``num_accepted_tokens`` with 1-D slots, 1-D slots with more than one token per sequence in place,
   ``scale=0`` (gdn reads 0 as ``1/sqrt(K)``), autograd (inputs requiring grad while grad is enabled).
@@ -56,7 +56,6 @@ __all__ = [
     "unpatch",
 ]
 
-_BF16 = torch.bfloat16
 _F32 = torch.float32
 _I32 = torch.int32
 _PAD = "null-slot"  # vLLM's NULL_BLOCK_ID: slot 0 and negative slots are padding
@@ -77,8 +76,8 @@ def _dt(x):
 
 
 def _bf16(fn, name, x):
-    """q, k, v, outputs and raw gates: bfloat16 only."""
-    _ad.need_bf16(_name(fn), name, x)
+    """q, k, v, outputs and raw gates: bfloat16 or float16."""
+    _ad.need_act16(_name(fn), name, x)
 
 
 def _state(fn, name, x):
@@ -86,7 +85,7 @@ def _state(fn, name, x):
 
 
 def _gate_f32(fn, name, x):
-    """A float32 operand: bfloat16 widened (exact); float16 raises."""
+    """A float32 operand: bfloat16 / float16 widened (exact)."""
     return _ad.gate_f32(_name(fn), name, x)
 
 
@@ -96,7 +95,7 @@ def _beta(fn, name, x):
 
 
 def _param_f32(fn, name, x):
-    """A_log / dt_bias: float32, contiguous, flat; a bfloat16 parameter widened once and cached (_adapt.param_f32)."""
+    """A_log / dt_bias: float32, contiguous, flat; a 16-bit parameter widened once and cached (_adapt.param_f32)."""
     return _ad.param_f32(_name(fn), name, x)
 
 
@@ -190,7 +189,7 @@ def _chunk(fn, q, k, v, g, beta, scale, initial_state, output_final_state, cu_se
     if initial_state is not None:
         _state(fn, "initial_state", initial_state)
         # vLLM returns a new float32 final state (the initial states are not modified) and a zero-length
-        # sequence's final state is its initial state: the initial states are copied (widened if bfloat16) into
+        # sequence's final state is its initial state: the initial states are copied (widened if 16-bit) into
         # the result, which gdn then updates in place as a pool of N rows (a pool row of a zero-length sequence
         # keeps its value; without a pool gdn would zero it, as the definitions do)
         final.copy_(initial_state)
@@ -201,7 +200,7 @@ def _chunk(fn, q, k, v, g, beta, scale, initial_state, output_final_state, cu_se
             raise ValueError(f"{_name(fn)}: core_attn_out too small: {buf.numel()} < {v.numel()}")
         o = buf.view(-1)[: v.numel()].view(v.shape)
     else:
-        o = torch.empty(v.shape, dtype=_BF16, device=dev)
+        o = torch.empty(v.shape, dtype=v.dtype, device=dev)
     ck = {}
     if checkpoints is not None:
         every = int(checkpoint_every)
@@ -245,7 +244,7 @@ def chunk_gated_delta_rule(
     """vLLM's ``chunk_gated_delta_rule`` (third_party/flash_linear_attention/ops/chunk.py) on gdn: the prefill
     of its Triton/FLA backend.
 
-    q, k ``[B, T, H, K]`` and v ``[B, T, HV, V]`` bfloat16; g (log decay) and beta ``[B, T, HV]``;
+    q, k ``[B, T, H, K]`` and v ``[B, T, HV, V]`` bfloat16 or float16; g (log decay) and beta ``[B, T, HV]``;
     initial_state ``[N, HV, V, K]`` (k-last) or None (zeros); with ``cu_seqlens`` (int32 or int64, ``[N + 1]``)
     B must be 1. ``chunk_indices`` / ``chunk_offsets`` are FLA's precomputed chunk grid: gdn derives its own
     launch from ``cu_seqlens`` and ignores them. ``core_attn_out``: a buffer whose first ``v.numel()``
@@ -304,8 +303,8 @@ def fused_recurrent_gated_delta_rule_packed_decode(
 ):
     """vLLM's packed decode (third_party/flash_linear_attention/ops/fused_recurrent.py) on gdn.
 
-    mixed_qkv ``[B, 2*H*K + HV*V]`` bfloat16 (per token ``[q heads | k heads | v heads]``; rows may be further
-    apart than one row's width), read in place through q / k / v views; a, b ``[B, HV]``; A_log, dt_bias
+    mixed_qkv ``[B, 2*H*K + HV*V]`` bfloat16 or float16 (per token ``[q heads | k heads | v heads]``; rows may be
+    further apart than one row's width), read in place through q / k / v views; a, b ``[B, HV]``; A_log, dt_bias
     ``[HV]``; initial_state: the pool ``[slots, HV, V, K]`` (rows may be further apart than one state), updated
     in place at ``ssm_state_indices [B]`` (``<= 0``: padding, output row zero); out ``[B, 1, HV, V]``
     contiguous, written in place. Returns ``(out, initial_state)``.
@@ -402,7 +401,7 @@ def _recurrent(fn, q, k, v, gates, scale, initial_state, inplace_final_state, cu
     if idx is not None and idx.dim() == 1 and acc is not None:
         raise _unsupported(fn, "num_accepted_tokens with 1-D ssm_state_indices (spec-decode slots are [N, S])")
     dev = q.device
-    o = torch.empty(Bq, T, HV, V, dtype=_BF16, device=dev)
+    o = torch.empty(Bq, T, HV, V, dtype=v.dtype, device=dev)
     o_flat = o.view(L, HV, V)
 
     if inplace_final_state:
@@ -536,7 +535,8 @@ def fused_recurrent_gated_delta_rule(
     """vLLM's ``fused_recurrent_gated_delta_rule`` (third_party/flash_linear_attention/ops/fused_recurrent.py)
     on gdn: precomputed log decay ``g`` and ``beta`` (``[B, T, HV]``; beta None means ones).
 
-    q, k ``[B, T, H, K]``, v ``[B, T, HV, V]`` bfloat16 (B = 1 with ``cu_seqlens``). ``inplace_final_state=True``:
+    q, k ``[B, T, H, K]``, v ``[B, T, HV, V]`` bfloat16 or float16 (B = 1 with ``cu_seqlens``).
+    ``inplace_final_state=True``:
     ``initial_state`` is the pool ``[slots, HV, V, K]``, updated in place; ``ssm_state_indices`` ``[N]``
     (one token per sequence: read and write slot idx[n]) or ``[N, S]`` (S tokens per sequence: read slot
     ``idx[n, num_accepted_tokens[n] - 1]`` (or ``idx[n, 0]``), write the state after token t to slot
