@@ -8,7 +8,9 @@
 #     (the embedded CUBINs are what NVRTC makes of the library's module sources, not a stale cache entry);
 #  3. each solution is built as flashinfer-bench's TVM-FFI builder builds it — its .cu with nvcc from the CUDA 13.0
 #     wheels (-gencode=arch=compute_90,code=sm_90, -std=c++17 -O2), its .cpp with c++, linked with -ltvm_ffi and
-#     the CUDA runtime only — then loaded with tvm-ffi, whose `run` must take the definition's inputs and outputs.
+#     the CUDA runtime only — then its library must export the tvm-ffi entry symbol and nothing of gdn's host code
+#     (solutions loaded into one process must not share state), and loaded with tvm-ffi, its `run` must take the
+#     definition's inputs and outputs.
 # Wheels go into private folders under ${XDG_CACHE_HOME:-~/.cache}/gdn (flashinfer-bench's data models as in
 # .ci/run; nvcc 13.0.88, nvvm, crt, cudart 13.0.96 and apache-tvm-ffi 0.1.15.post2: about 330 MB installed).
 set -euo pipefail
@@ -88,6 +90,25 @@ for e in errors:
 if errors:
     sys.exit(1)
 print(f"{len(jobs)} solutions built")
+PY
+# what each library exports: the entry point's tvm-ffi symbol and nothing of gdn's host code. The harness loads
+# every solution it evaluates into one process; an exported gdn symbol (an inline function's static is an
+# STB_GNU_UNIQUE symbol, bound process-wide even under RTLD_LOCAL) would be shared by all of them
+python3 - "$work/build" <<'PY'
+import os, subprocess, sys
+bad = 0
+for d in sorted(os.listdir(sys.argv[1])):
+    so = os.path.join(sys.argv[1], d, "solution.so")
+    out = subprocess.run(["nm", "-D", "--defined-only", "-C", so], capture_output=True, text=True, check=True).stdout
+    names = [line.split(None, 2)[2] for line in out.splitlines() if len(line.split(None, 2)) == 3]
+    own = [n for n in names if "gdn" in n or n.startswith("run(")]
+    if own or "__tvm_ffi_run" not in names:
+        print(f"error: {d}: exports {own[:6]}{' and no __tvm_ffi_run' if '__tvm_ffi_run' not in names else ''}",
+              file=sys.stderr)
+        bad += 1
+    else:
+        print(f"{d}: exports __tvm_ffi_run and no gdn symbol")
+sys.exit(1 if bad else 0)
 PY
 # load each with tvm-ffi (libcudart from the wheel; no GPU is touched before a call reaches the device check)
 LD_LIBRARY_PATH="$cu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PYTHONPATH="$cuda_dir:$PYTHONPATH" \

@@ -116,11 +116,17 @@ pub fn source(definition: &str, cubins: &[Cubin]) -> String {
         }
         o.push_str("    ;\n");
     }
-    o.push_str("extern \"C\" const char* const gdn_pack_module_base64[] = {");
+    o.push_str(
+        "// hidden: each solution library binds its own (gdn_host.h)\n\
+         extern \"C\" __attribute__((visibility(\"hidden\"))) const char* const gdn_pack_module_base64[] = {",
+    );
     for i in 0..cubins.len() {
         let _ = write!(o, "gdn_pack_module_{i}, ");
     }
-    o.push_str("nullptr};\nextern \"C\" const unsigned long long gdn_pack_module_bytes[] = {");
+    o.push_str(
+        "nullptr};\nextern \"C\" __attribute__((visibility(\"hidden\"))) const unsigned long long \
+         gdn_pack_module_bytes[] = {",
+    );
     for c in cubins {
         let _ = write!(o, "{}ull, ", c.bytes.len());
     }

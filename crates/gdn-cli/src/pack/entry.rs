@@ -51,7 +51,8 @@ pub fn source(def: &Definition) -> String {
             Some(_) => format!("TensorView {}", s.name),
         })
         .collect();
-    let _ = writeln!(o, "void {SYMBOL}({}) {{", sig.join(", "));
+    // internal linkage: the library exports only the tvm-ffi symbol (gdn_host.h says why)
+    let _ = writeln!(o, "static void {SYMBOL}({}) {{", sig.join(", "));
     o.push_str("  using namespace gdn_pack;\n");
     // variable axes: from the first tensor that has each (its rank checked first)
     let mut bound: Vec<&str> = Vec::new();

@@ -20,11 +20,20 @@
 
 #include "gdn_plan.h"
 
+// One process may load several solutions (flashinfer-bench's persistent worker loads every solution it evaluates
+// on a device into one process). Each must keep its own kernels, so nothing of this host code is exported from the
+// solution's library but the entry point: the two arrays of gdn_cubin.cpp have hidden visibility, everything else
+// lies in an unnamed namespace. (Exported, the per-device kernel table -- a static of an inline function, which GCC
+// makes an STB_GNU_UNIQUE symbol, bound process-wide even under RTLD_LOCAL -- would be one object for all the
+// solutions: the first solution called would fill it, the others would launch its kernels.)
+#define GDN_PACK_HIDDEN __attribute__((visibility("hidden")))
+
 // gdn_cubin.cpp: every module's CUBIN as base64, and its length in bytes.
-extern "C" const char* const gdn_pack_module_base64[];
-extern "C" const unsigned long long gdn_pack_module_bytes[];
+extern "C" GDN_PACK_HIDDEN const char* const gdn_pack_module_base64[];
+extern "C" GDN_PACK_HIDDEN const unsigned long long gdn_pack_module_bytes[];
 
 namespace gdn_pack {
+namespace {  // internal linkage: see above
 
 using tvm::ffi::TensorView;
 
@@ -228,4 +237,5 @@ inline cudaStream_t stream_of(int device) {
   return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, device));
 }
 
+}  // namespace
 }  // namespace gdn_pack

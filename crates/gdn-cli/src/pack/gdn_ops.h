@@ -5,94 +5,16 @@
 #include "gdn_host.h"
 
 namespace gdn_pack {
-
-// Decode (t = 1) or MTP (t = T) of `batch` requests: one recurrent launch. MTP in the definitions' mode reads
-// the pool and leaves it (`new_state` 0), writes each token's state to the intermediate buffer; the caller
-// copies the pool to final_state.
-struct RecurrentCall {
-  uint64_t q, k, v, a, b, a_log, dt_bias, state, new_state, intermediate, out, state_indices;
-  int64_t batch, seq_len, state_rows;
-  float scale;
-};
+namespace {  // internal linkage (gdn_host.h says why)
 
 inline void run_recurrent(DeviceKernels& d, const RecurrentCall& c, cudaStream_t stream) {
   if (c.batch == 0) return;
   const int ki = recurrent_kernel(static_cast<uint64_t>(c.batch), d.sms);
   if (ki < 0) TVM_FFI_THROW(RuntimeError) << "gdn: no recurrent kernel for batch " << c.batch;
   alignas(16) unsigned char p[kRecurrentBytes] = {};
-  put<uint64_t>(p, off::Recurrent_q, c.q);
-  put<uint64_t>(p, off::Recurrent_k, c.k);
-  put<uint64_t>(p, off::Recurrent_v, c.v);
-  put<uint64_t>(p, off::Recurrent_a, c.a);
-  put<uint64_t>(p, off::Recurrent_b, c.b);
-  put<uint64_t>(p, off::Recurrent_a_log, c.a_log);
-  put<uint64_t>(p, off::Recurrent_dt_bias, c.dt_bias);
-  put<uint64_t>(p, off::Recurrent_state, c.state);
-  put<uint64_t>(p, off::Recurrent_new_state, c.new_state);
-  put<uint64_t>(p, off::Recurrent_intermediate, c.intermediate);
-  put<uint64_t>(p, off::Recurrent_out, c.out);
-  put<uint64_t>(p, off::Recurrent_state_indices, c.state_indices);
-  put<int64_t>(p, off::Recurrent_batch, c.batch);
-  put<int64_t>(p, off::Recurrent_num_state_rows, c.state_rows);
-  put<float>(p, off::Recurrent_scale, c.scale);
-  put<int32_t>(p, off::Recurrent_seq_len, static_cast<int32_t>(c.seq_len));
-  put<int32_t>(p, off::Recurrent_num_qk_heads, static_cast<int32_t>(kNumQHeads));
-  put<int32_t>(p, off::Recurrent_num_v_heads, static_cast<int32_t>(kNumVHeads));
+  fill_recurrent(p, c);
   const uint64_t b = static_cast<uint64_t>(c.batch);
   launch(d, ki, grid_of(kKernels[ki], b * static_cast<uint64_t>(c.seq_len), b, 1), p, stream, false);
-}
-
-struct PrefillCall {
-  uint64_t q, k, v, a, b, a_log, dt_bias, cu_seqlens, state, new_state, out;
-  int64_t total_tokens, num_seqs;
-  float scale;
-};
-
-inline int64_t tokens_i64(uint64_t x) { return x > 0x7fffffffffffffffull ? INT64_MAX : static_cast<int64_t>(x); }
-
-// PrefillParams at byte `at` of `p`.
-inline void fill_prefill(unsigned char* p, size_t at, const PrefillCall& c) {
-  put<uint64_t>(p, at + off::Prefill_q, c.q);
-  put<uint64_t>(p, at + off::Prefill_k, c.k);
-  put<uint64_t>(p, at + off::Prefill_v, c.v);
-  put<uint64_t>(p, at + off::Prefill_a, c.a);
-  put<uint64_t>(p, at + off::Prefill_b, c.b);
-  put<uint64_t>(p, at + off::Prefill_a_log, c.a_log);
-  put<uint64_t>(p, at + off::Prefill_dt_bias, c.dt_bias);
-  put<uint64_t>(p, at + off::Prefill_cu_seqlens, c.cu_seqlens);
-  put<uint64_t>(p, at + off::Prefill_state, c.state);
-  put<uint64_t>(p, at + off::Prefill_new_state, c.new_state);
-  put<uint64_t>(p, at + off::Prefill_out, c.out);
-  put<int64_t>(p, at + off::Prefill_num_seqs, c.num_seqs);
-  put<float>(p, at + off::Prefill_scale, c.scale);
-  put<int32_t>(p, at + off::Prefill_num_q_heads, static_cast<int32_t>(kNumQHeads));
-  put<int32_t>(p, at + off::Prefill_num_v_heads, static_cast<int32_t>(kNumVHeads));
-  const int64_t lead = c.total_tokens < static_cast<int64_t>(kLeadRows) ? c.total_tokens : static_cast<int64_t>(kLeadRows);
-  put<int32_t>(p, at + off::Prefill_lead_rows, static_cast<int32_t>(lead));
-  put<int64_t>(p, at + off::Prefill_num_state_rows, c.num_seqs);
-}
-
-// Prefill64Params at byte `at` of `p`.
-inline void fill_prefill64(unsigned char* p, size_t at, const PrefillCall& c, uint64_t workspace, int32_t seg_chunks) {
-  put<uint64_t>(p, at + off::Prefill64_q, c.q);
-  put<uint64_t>(p, at + off::Prefill64_k, c.k);
-  put<uint64_t>(p, at + off::Prefill64_v, c.v);
-  put<uint64_t>(p, at + off::Prefill64_a, c.a);
-  put<uint64_t>(p, at + off::Prefill64_b, c.b);
-  put<uint64_t>(p, at + off::Prefill64_a_log, c.a_log);
-  put<uint64_t>(p, at + off::Prefill64_dt_bias, c.dt_bias);
-  put<uint64_t>(p, at + off::Prefill64_cu_seqlens, c.cu_seqlens);
-  put<uint64_t>(p, at + off::Prefill64_state, c.state);
-  put<uint64_t>(p, at + off::Prefill64_new_state, c.new_state);
-  put<uint64_t>(p, at + off::Prefill64_out, c.out);
-  put<uint64_t>(p, at + off::Prefill64_workspace, workspace);
-  put<int64_t>(p, at + off::Prefill64_num_seqs, c.num_seqs);
-  put<int64_t>(p, at + off::Prefill64_total_tokens, c.total_tokens);
-  put<float>(p, at + off::Prefill64_scale, c.scale);
-  put<int32_t>(p, at + off::Prefill64_num_q_heads, static_cast<int32_t>(kNumQHeads));
-  put<int32_t>(p, at + off::Prefill64_num_v_heads, static_cast<int32_t>(kNumVHeads));
-  put<int32_t>(p, at + off::Prefill64_seg_chunks, seg_chunks);
-  put<int64_t>(p, at + off::Prefill64_num_state_rows, c.num_seqs);
 }
 
 inline int32_t small_i32(uint64_t x, const char* what) {
@@ -162,4 +84,5 @@ inline void run_prefill(DeviceKernels& d, const PrefillCall& c, cudaStream_t str
   }
 }
 
+}  // namespace
 }  // namespace gdn_pack

@@ -2,7 +2,8 @@
 // Plain C++17 without CUDA. Decode / MTP: the library's recurrent table row for the call's equivalent batch.
 // Prefill: the template of the call's (N, T) bin (the library's plan at the bin's lower edge), its grids and
 // workspace sized for the call's own T and N by the formulas of gdn's planner (plan/grid.rs,
-// plan/prefill/workspace.rs, plan/prefill/types.rs::launched_ctas). Nothing here reads device memory.
+// plan/prefill/workspace.rs, plan/prefill/types.rs::launched_ctas). The params structs' bytes, as gdn's
+// `abi::args` fills them. Nothing here reads device memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "gdn_tables.h"
 
 namespace gdn_pack {
+namespace {  // internal linkage (gdn_host.h says why)
 
 constexpr uint64_t kU64Max = ~0ull;
 
@@ -155,4 +157,90 @@ inline void put(unsigned char* p, size_t at, T v) {
   std::memcpy(p + at, &v, sizeof(T));
 }
 
+// ---- params structs, filled as gdn's `abi::args` fills them for a definition call
+// Decode (t = 1) or MTP (t = T) of `batch` requests: one recurrent launch. MTP in the definitions' mode reads
+// the pool and leaves it (`new_state` 0), writes each token's state to the intermediate buffer; the caller
+// copies the pool to final_state.
+struct RecurrentCall {
+  uint64_t q, k, v, a, b, a_log, dt_bias, state, new_state, intermediate, out, state_indices;
+  int64_t batch, seq_len, state_rows;
+  float scale;
+};
+
+// RecurrentParams in `p` (kRecurrentBytes, zeroed: the serving block stays zero, the definition build).
+inline void fill_recurrent(unsigned char* p, const RecurrentCall& c) {
+  put<uint64_t>(p, off::Recurrent_q, c.q);
+  put<uint64_t>(p, off::Recurrent_k, c.k);
+  put<uint64_t>(p, off::Recurrent_v, c.v);
+  put<uint64_t>(p, off::Recurrent_a, c.a);
+  put<uint64_t>(p, off::Recurrent_b, c.b);
+  put<uint64_t>(p, off::Recurrent_a_log, c.a_log);
+  put<uint64_t>(p, off::Recurrent_dt_bias, c.dt_bias);
+  put<uint64_t>(p, off::Recurrent_state, c.state);
+  put<uint64_t>(p, off::Recurrent_new_state, c.new_state);
+  put<uint64_t>(p, off::Recurrent_intermediate, c.intermediate);
+  put<uint64_t>(p, off::Recurrent_out, c.out);
+  put<uint64_t>(p, off::Recurrent_state_indices, c.state_indices);
+  put<int64_t>(p, off::Recurrent_batch, c.batch);
+  put<int64_t>(p, off::Recurrent_num_state_rows, c.state_rows);
+  put<float>(p, off::Recurrent_scale, c.scale);
+  put<int32_t>(p, off::Recurrent_seq_len, static_cast<int32_t>(c.seq_len));
+  put<int32_t>(p, off::Recurrent_num_qk_heads, static_cast<int32_t>(kNumQHeads));
+  put<int32_t>(p, off::Recurrent_num_v_heads, static_cast<int32_t>(kNumVHeads));
+}
+
+struct PrefillCall {
+  uint64_t q, k, v, a, b, a_log, dt_bias, cu_seqlens, state, new_state, out;
+  int64_t total_tokens, num_seqs;
+  float scale;
+};
+
+inline int64_t tokens_i64(uint64_t x) { return x > 0x7fffffffffffffffull ? INT64_MAX : static_cast<int64_t>(x); }
+
+// PrefillParams at byte `at` of `p`.
+inline void fill_prefill(unsigned char* p, size_t at, const PrefillCall& c) {
+  put<uint64_t>(p, at + off::Prefill_q, c.q);
+  put<uint64_t>(p, at + off::Prefill_k, c.k);
+  put<uint64_t>(p, at + off::Prefill_v, c.v);
+  put<uint64_t>(p, at + off::Prefill_a, c.a);
+  put<uint64_t>(p, at + off::Prefill_b, c.b);
+  put<uint64_t>(p, at + off::Prefill_a_log, c.a_log);
+  put<uint64_t>(p, at + off::Prefill_dt_bias, c.dt_bias);
+  put<uint64_t>(p, at + off::Prefill_cu_seqlens, c.cu_seqlens);
+  put<uint64_t>(p, at + off::Prefill_state, c.state);
+  put<uint64_t>(p, at + off::Prefill_new_state, c.new_state);
+  put<uint64_t>(p, at + off::Prefill_out, c.out);
+  put<int64_t>(p, at + off::Prefill_num_seqs, c.num_seqs);
+  put<float>(p, at + off::Prefill_scale, c.scale);
+  put<int32_t>(p, at + off::Prefill_num_q_heads, static_cast<int32_t>(kNumQHeads));
+  put<int32_t>(p, at + off::Prefill_num_v_heads, static_cast<int32_t>(kNumVHeads));
+  const int64_t lead = c.total_tokens < static_cast<int64_t>(kLeadRows) ? c.total_tokens : static_cast<int64_t>(kLeadRows);
+  put<int32_t>(p, at + off::Prefill_lead_rows, static_cast<int32_t>(lead));
+  put<int64_t>(p, at + off::Prefill_num_state_rows, c.num_seqs);
+}
+
+// Prefill64Params at byte `at` of `p`.
+inline void fill_prefill64(unsigned char* p, size_t at, const PrefillCall& c, uint64_t workspace, int32_t seg_chunks) {
+  put<uint64_t>(p, at + off::Prefill64_q, c.q);
+  put<uint64_t>(p, at + off::Prefill64_k, c.k);
+  put<uint64_t>(p, at + off::Prefill64_v, c.v);
+  put<uint64_t>(p, at + off::Prefill64_a, c.a);
+  put<uint64_t>(p, at + off::Prefill64_b, c.b);
+  put<uint64_t>(p, at + off::Prefill64_a_log, c.a_log);
+  put<uint64_t>(p, at + off::Prefill64_dt_bias, c.dt_bias);
+  put<uint64_t>(p, at + off::Prefill64_cu_seqlens, c.cu_seqlens);
+  put<uint64_t>(p, at + off::Prefill64_state, c.state);
+  put<uint64_t>(p, at + off::Prefill64_new_state, c.new_state);
+  put<uint64_t>(p, at + off::Prefill64_out, c.out);
+  put<uint64_t>(p, at + off::Prefill64_workspace, workspace);
+  put<int64_t>(p, at + off::Prefill64_num_seqs, c.num_seqs);
+  put<int64_t>(p, at + off::Prefill64_total_tokens, c.total_tokens);
+  put<float>(p, at + off::Prefill64_scale, c.scale);
+  put<int32_t>(p, at + off::Prefill64_num_q_heads, static_cast<int32_t>(kNumQHeads));
+  put<int32_t>(p, at + off::Prefill64_num_v_heads, static_cast<int32_t>(kNumVHeads));
+  put<int32_t>(p, at + off::Prefill64_seg_chunks, seg_chunks);
+  put<int64_t>(p, at + off::Prefill64_num_state_rows, c.num_seqs);
+}
+
+}  // namespace
 }  // namespace gdn_pack

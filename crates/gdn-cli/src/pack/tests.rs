@@ -1,6 +1,7 @@
 //! The packed solution's plan against the library's planner: the templates reproduce `plan::prefill::choose` at every
 //! bin edge (`instantiate` vs the library's own plan), and the generated C++ (`gdn_plan.h` with the tables) computes
-//! what the Rust side computes for decode / MTP (`plan::decode::choose` itself) and prefill (`instantiate`), compiled
+//! what the Rust side computes for decode / MTP (`plan::decode::choose` itself) and prefill (`instantiate`) and the
+//! params bytes the library fills (`RecurrentArgs::params`, `PrefillArgs::params` / `params64`), compiled
 //! with the host C++ compiler (`c++`; under CI=true its absence fails the test).
 
 use super::plan_table::{
@@ -250,4 +251,174 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("gdn-pack-test-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+const PARAMS_DRIVER: &str = r#"
+#include <cstdio>
+#include "gdn_plan.h"
+using namespace gdn_pack;
+static void hex(const unsigned char* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) std::printf("%02x", p[i]);
+  std::printf("\n");
+}
+int main() {
+  char op;
+  unsigned long long x[16];
+  while (std::scanf(" %c", &op) == 1) {
+    for (int i = 0; i < 16; ++i) std::scanf("%llu", &x[i]);
+    float scale;
+    unsigned bits = static_cast<unsigned>(x[15]);
+    std::memcpy(&scale, &bits, 4);
+    if (op == 'r') {
+      RecurrentCall c{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11],
+                      (int64_t)x[12], (int64_t)x[13], (int64_t)x[14], scale};
+      unsigned char p[kRecurrentBytes] = {};
+      fill_recurrent(p, c);
+      hex(p, kRecurrentBytes);
+    } else {
+      PrefillCall c{x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], (int64_t)x[12], (int64_t)x[13], scale};
+      unsigned char p[kPrefillBytes] = {}, p64[kPrefill64Bytes] = {};
+      fill_prefill(p, 0, c);
+      fill_prefill64(p64, 0, c, x[11], 0);
+      hex(p, kPrefillBytes);
+      hex(p64, kPrefill64Bytes);
+    }
+  }
+}
+"#;
+
+fn bytes_of<T>(x: &T) -> String {
+    // SAFETY: the params mirrors are #[repr(C)] structs of integers and floats without padding (their layout
+    // asserts in gdn_cuda::abi::params), so every byte is initialised.
+    let b =
+        unsafe { std::slice::from_raw_parts(x as *const T as *const u8, std::mem::size_of::<T>()) };
+    super::cubin::hex(b)
+}
+
+/// The params bytes the generated host code fills for a definition call are the library's own
+/// (`RecurrentArgs::params`, `PrefillArgs::params` / `params64` of the arguments `Args::for_problem` makes for
+/// the same call: MTP in the definitions' mode with `new_state` 0, the pool's rows, its indices).
+#[test]
+fn generated_params_bytes_are_the_library_params() {
+    use gdn_cuda::{PrefillArgs, RecurrentArgs};
+    for (op, h, hv) in [
+        (Op::Decode, 4, 8),
+        (Op::Mtp, 4, 8),
+        (Op::Prefill, 4, 8),
+        (Op::Mtp, 16, 32),
+    ] {
+        let def = definition(op, h, hv);
+        let dir = tempdir(&format!("params-{}-{h}-{hv}", op.name()));
+        let Some(exe) = build_driver(&dir, &def, PARAMS_DRIVER) else {
+            return;
+        };
+        let mut input = String::new();
+        let mut want = String::new();
+        for case in 0..6u64 {
+            let ptr = |i: u64| 0x7f00_0000_0000 + (case << 32) + i * 0x1_0000;
+            let (batch, seq_len, rows) = (
+                1 + case * 7,
+                if op == Op::Mtp { 2 + case } else { 1 },
+                3 + case * 11,
+            );
+            let scale = [0.088388346f32, 0.5, 1.0, 0.125, 2.0e-3, 0.0625][case as usize];
+            let p: Vec<u64> = (0..12).map(ptr).collect();
+            // MTP's definition mode: no new_state (the pool is not written); decode: none of intermediate / indices
+            let (new_state, intermediate, indices) = match op {
+                Op::Mtp => (0, p[9], p[11]),
+                _ => (p[8], 0, 0),
+            };
+            if op == Op::Prefill {
+                let (total, seqs) = (case * 100 + 3, 1 + case);
+                let a = PrefillArgs {
+                    q: p[0],
+                    k: p[1],
+                    v: p[2],
+                    a: p[3],
+                    b: p[4],
+                    a_log: p[5],
+                    dt_bias: p[6],
+                    cu_seqlens: p[7],
+                    state: p[8],
+                    new_state: p[9],
+                    out: p[10],
+                    workspace: p[11],
+                    num_state_rows: seqs as usize,
+                    num_seqs: seqs as usize,
+                    total_tokens: total as usize,
+                    num_q_heads: h,
+                    num_v_heads: hv,
+                    head_size: 128,
+                    scale,
+                    ..PrefillArgs::default()
+                };
+                let vals = [&p[..12], &[total, seqs, 0, scale.to_bits() as u64]].concat();
+                let _ = writeln!(
+                    input,
+                    "p {}",
+                    vals.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
+                let _ = writeln!(
+                    want,
+                    "{}\n{}",
+                    bytes_of(&a.params()),
+                    bytes_of(&a.params64())
+                );
+            } else {
+                let a = RecurrentArgs {
+                    q: p[0],
+                    k: p[1],
+                    v: p[2],
+                    a: p[3],
+                    b: p[4],
+                    a_log: p[5],
+                    dt_bias: p[6],
+                    state: p[7],
+                    new_state,
+                    intermediate,
+                    out: p[10],
+                    state_indices: indices,
+                    batch: batch as usize,
+                    seq_len: seq_len as usize,
+                    num_state_rows: rows as usize,
+                    num_q_heads: h,
+                    num_v_heads: hv,
+                    head_size: 128,
+                    scale,
+                    ..RecurrentArgs::default()
+                };
+                let vals = [
+                    &p[..8],
+                    &[
+                        new_state,
+                        intermediate,
+                        p[10],
+                        indices,
+                        batch,
+                        seq_len,
+                        rows,
+                        scale.to_bits() as u64,
+                    ],
+                ]
+                .concat();
+                let _ = writeln!(
+                    input,
+                    "r {}",
+                    vals.iter()
+                        .map(|x| x.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
+                let _ = writeln!(want, "{}", bytes_of(&a.params()));
+            }
+        }
+        let got = run(&exe, &input);
+        assert_eq!(got.lines().count(), want.lines().count());
+        for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
+            assert_eq!(g, w, "{} params line {i}", def.name);
+        }
+    }
 }
