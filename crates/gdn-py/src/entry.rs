@@ -9,7 +9,8 @@
 //! plan with a workspace, a `scale` that is not a float, a `max_seqlen` or `update_pool` of another type, a
 //! bool `has_initial_state` on the host (converted there).
 
-use crate::desc::Desc;
+use crate::args::is_dense;
+use crate::desc::{row_major, Desc, Dims};
 use crate::{checked, objects, run_now, serving};
 use gdn_core::{Op, Serving};
 use pyo3::intern;
@@ -329,4 +330,192 @@ pub fn mtp<'py>(
         None => Ok(Some(PyTuple::new(py, [output, initial_state])?)),
         Some(_) => Ok(None),
     }
+}
+
+/// The packed decode of the engine adapters (`gdn.vllm`'s `fused_recurrent_gated_delta_rule_packed_decode`,
+/// `gdn.sglang`'s `GDNKernel.packed_decode`): q, k and v are read out of the fused projection `mixed_qkv
+/// [B, 2·H·K + HV·V]` (last dimension contiguous, rows any distance apart) and a, b `[B, HV]` are read as
+/// `[B, 1, HV]`, all by descriptor arithmetic (no view objects), then validated and launched as `gdn.decode`
+/// with the pool `state` updated in place at `state_indices`.
+///
+/// An adapter's own argument checks are done here too, but their errors stay in Python: whenever an input is
+/// outside what this path takes (a wrong rank, shape, dtype or layout, a zero or non-float `scale`, a gate
+/// that needs a copy), it returns None and the adapter's general path runs the checks that raise, or makes the
+/// copies. Errors raised here come from gdn's validation of the derived q / k / v / a / b descriptors, exactly
+/// as `gdn.decode` on the equivalent views raises them.
+///
+/// `widen(name, x)` is called for an `A_log` / `dt_bias` that is not float32 and dense (the adapter's cached
+/// widening, which also raises for a dtype gdn does not take); `heads`: the `(HV, V)` the caller expects;
+/// `default_scale`: a None `scale` becomes `K ** -0.5` here (vLLM's default) instead of gdn's own.
+/// Returns `(output, state)`.
+#[pyfunction]
+#[pyo3(signature = (mixed_qkv, a, b, state, a_log, dt_bias, scale, output, state_indices, norm, pad, widen,
+                    heads=None, default_scale=true))]
+#[allow(clippy::too_many_arguments)]
+pub fn packed_decode<'py>(
+    py: Python<'py>,
+    mixed_qkv: &Bound<'py, PyAny>,
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    state: &Bound<'py, PyAny>,
+    a_log: &Bound<'py, PyAny>,
+    dt_bias: &Bound<'py, PyAny>,
+    scale: &Bound<'py, PyAny>,
+    output: &Bound<'py, PyAny>,
+    state_indices: &Bound<'py, PyAny>,
+    norm: &Bound<'py, PyAny>,
+    pad: &Bound<'py, PyAny>,
+    widen: &Bound<'py, PyAny>,
+    heads: Option<(usize, usize)>,
+    default_scale: bool,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let op = Op::Decode;
+    let desc = |x: &Bound<'py, PyAny>, name: &'static str| {
+        objects::describe(py, x, || Ok(name.into()), op.name(), false).ok()
+    };
+    let (Some(m), Some(da), Some(db), Some(st)) = (
+        desc(mixed_qkv, "mixed_qkv"),
+        desc(a, "a"),
+        desc(b, "b"),
+        desc(state, "state"),
+    ) else {
+        return Ok(None);
+    };
+    let (Some(out), Some(idx)) = (desc(output, "output"), desc(state_indices, "state_indices"))
+    else {
+        return Ok(None);
+    };
+    let Some(g) = packed_geometry(&m, &da, &db, &st, &out, &idx, heads) else {
+        return Ok(None);
+    };
+    let scale = match scale_of(scale) {
+        Some(Some(0.0)) => return Ok(None),
+        Some(None) if default_scale => Some((g.k as f64).powf(-0.5) as f32),
+        Some(s) => s,
+        None => return Ok(None),
+    };
+    if !norm.is_exact_instance_of::<PyBool>() {
+        return Ok(None);
+    }
+    if g.batch == 0 {
+        return Ok(Some(PyTuple::new(py, [output, state])?));
+    }
+    // A_log / dt_bias as gdn takes them: float32, dense (the adapter widens a 16-bit parameter, cached)
+    let param = |x: &Bound<'py, PyAny>, name: &'static str| -> PyResult<Option<Desc>> {
+        match desc(x, name) {
+            Some(d) if d.3 == "float32" && is_dense(&d) => Ok(Some(d)),
+            _ => {
+                let w = widen.call1((name, x))?;
+                Ok(desc(&w, name).filter(|d| d.3 == "float32" && is_dense(d)))
+            }
+        }
+    };
+    let Some(a_log) = param(a_log, "A_log")? else {
+        return Ok(None);
+    };
+    let Some(dt_bias) = param(dt_bias, "dt_bias")? else {
+        return Ok(None);
+    };
+    // gates and indices are read dense; a strided one takes the adapter's path (a copy)
+    if !is_dense(&da) || !is_dense(&db) || !is_dense(&idx) {
+        return Ok(None);
+    }
+    let sv = options(op, norm, intern!(py, "k-last"), pad, None)?;
+    let (h, k, hv, v) = (g.heads, g.k, g.hv, g.v);
+    let [q, kk, vv] = [(0, h, k), (h * k, h, k), (2 * h * k, hv, v)]
+        .map(|(at, n, d)| row_view(&m, g.batch, at, n, d));
+    let [a, b] = [da, db].map(|x| {
+        let shape = [g.batch, 1, hv];
+        let strides = row_major(&shape);
+        Desc(x.0, Dims::from_slice(&shape), strides, x.3, x.4)
+    });
+    let mut descs: Vec<Option<Desc>> = vec![
+        Some(q),
+        Some(kk),
+        Some(vv),
+        Some(st),
+        Some(a_log),
+        Some(a),
+        Some(dt_bias),
+        Some(b),
+    ];
+    // serving tensors (serving::INPUTS order): g, alpha, beta, state_indices, has_initial_state, ...
+    descs.extend([None, None, None, Some(idx), None, None, None, None]);
+    let c = checked(op, descs, scale, false, None, sv)?;
+    match run_now(py, c, Some(output), Some(state))? {
+        None => Ok(Some(PyTuple::new(py, [output, state])?)),
+        Some(_) => Ok(None),
+    }
+}
+
+/// Sizes of a packed decode: B, H, K, HV, V.
+struct Packed {
+    batch: usize,
+    heads: usize,
+    k: usize,
+    hv: usize,
+    v: usize,
+}
+
+/// The packed decode's sizes when every tensor has the shape, rank and dtype the adapters take (their own
+/// checks, which raise in Python), else None.
+fn packed_geometry(
+    m: &Desc,
+    a: &Desc,
+    b: &Desc,
+    st: &Desc,
+    out: &Desc,
+    idx: &Desc,
+    heads: Option<(usize, usize)>,
+) -> Option<Packed> {
+    let act16 = |d: &Desc| d.3 == "bfloat16" || d.3 == "float16";
+    if m.1.len() != 2 || m.2[1] != 1 || st.1.len() != 4 || idx.1.len() != 1 || !is_dense(out) {
+        return None;
+    }
+    let state16 = act16(st) || st.3 == "float32";
+    if !(act16(m) && act16(a) && act16(b) && act16(out) && state16) {
+        return None;
+    }
+    let (batch, width) = (m.1[0], m.1[1]);
+    let (hv, v, k) = (st.1[1], st.1[2], st.1[3]);
+    if heads.is_some_and(|h| h != (hv, v)) {
+        return None;
+    }
+    if *a.1 != [batch, hv]
+        || *b.1 != [batch, hv]
+        || idx.1[0] != batch
+        || *out.1 != [batch, 1, hv, v]
+    {
+        return None;
+    }
+    let qk = width.checked_sub(hv * v).filter(|&n| n > 0 && n % 2 == 0)?;
+    if k == 0 || (qk / 2) % k != 0 {
+        return None;
+    }
+    let heads = qk / 2 / k;
+    if heads == 0 || hv % heads != 0 {
+        return None;
+    }
+    Some(Packed {
+        batch,
+        heads,
+        k,
+        hv,
+        v,
+    })
+}
+
+/// The `[B, 1, n, d]` view of `n · d` elements at element `at` of each row of `m` (the strides torch gives the
+/// same view: a length-1 axis gets its dense stride).
+fn row_view(m: &Desc, batch: usize, at: usize, n: usize, d: usize) -> Desc {
+    let inner = (n * d) as i64;
+    let row = if batch == 1 { inner } else { m.2[0] };
+    let bytes = m.dtype().map_or(2, |t| t.size()) as u64;
+    Desc(
+        m.0 + at as u64 * bytes,
+        Dims::from_slice(&[batch, 1, n, d]),
+        Dims::from_slice(&[row, inner, d as i64, 1]),
+        m.3.clone(),
+        m.4,
+    )
 }

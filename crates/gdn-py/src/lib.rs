@@ -509,6 +509,7 @@ fn _gdn(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(entry::decode, m)?)?;
     m.add_function(wrap_pyfunction!(entry::prefill, m)?)?;
     m.add_function(wrap_pyfunction!(entry::mtp, m)?)?;
+    m.add_function(wrap_pyfunction!(entry::packed_decode, m)?)?;
     m.add_class::<Plan>()?;
     Ok(())
 }

@@ -84,7 +84,8 @@ def param_f32(fn, name, x):
     so decode steps and CUDA-graph captures do not allocate for it."""
     if x.dtype is _F32 and x.is_contiguous():
         return x
-    gate_f32(fn, name, x)  # (the dtype check: float32, bfloat16 or float16)
+    if x.dtype is not _BF16 and x.dtype is not _F16 and x.dtype is not _F32:
+        gate_f32(fn, name, x)  # raises: the dtype check (float32, bfloat16 or float16)
     if x.is_inference():  # no version counter to tell an in-place update: widened at every call
         return x.to(_F32).contiguous().view(-1)
     hit = _PARAMS.get(id(x))

@@ -86,6 +86,13 @@ def _flat(x):
     return (x if x.is_contiguous() else x.contiguous()).view(-1)
 
 
+_PACKED = _gdn._gdn.packed_decode  # the packed decode's one-step binding entry
+
+
+def _widen_packed(name, x):
+    return _param_f32("packed_decode", name, x)
+
+
 def _idx(x):
     return x if x.is_contiguous() else x.contiguous()
 
@@ -127,6 +134,15 @@ class GDNKernel:
         output ``[1, B, HV, V]`` (a view of a ``[B, 1, HV, V]`` tensor, as sglang's kernel returns it)."""
         fn = "packed_decode"
         _no_extra(fn, kwargs)
+        try:
+            out = mixed_qkv.new_empty(mixed_qkv.shape[0], 1, num_v_heads, head_v_dim)
+        except Exception:  # (an input the checks below refuse)
+            out = None
+        # one binding call derives q / k / v / a / b from mixed_qkv, a, b, checks and launches; None: an input it
+        # does not take as it is, for the general path below (which raises the errors or makes the copies)
+        if out is not None and _PACKED(mixed_qkv, a, b, ssm_states, A_log, dt_bias, scale, out, cache_indices, True,
+                                       "negative", _widen_packed, (num_v_heads, head_v_dim), False) is not None:
+            return out.transpose(0, 1)
         _bf16(fn, "mixed_qkv", mixed_qkv)
         _bf16(fn, "a", a)
         _bf16(fn, "b", b)
@@ -141,7 +157,8 @@ class GDNKernel:
             raise ValueError(f"{_name(fn)}: invalid packed mixed_qkv last dim={mixed_qkv.shape[1]} for HV={HV}, "
                              f"V={V}, K={K}")
         H = qk // 2 // K
-        out = mixed_qkv.new_empty(Bn, 1, HV, V)
+        if out is None or tuple(out.shape) != (Bn, 1, HV, V):
+            out = mixed_qkv.new_empty(Bn, 1, HV, V)
         if Bn:
             hk = H * K
             _gdn.decode(

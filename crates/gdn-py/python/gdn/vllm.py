@@ -59,6 +59,7 @@ __all__ = [
 _F32 = torch.float32
 _I32 = torch.int32
 _PAD = "null-slot"  # vLLM's NULL_BLOCK_ID: slot 0 and negative slots are padding
+_PACKED = _gdn._gdn.packed_decode  # the packed decode's one-step binding entry
 
 
 # ---- small helpers (dtype policy, layouts) -------------------------------------------------------------
@@ -309,6 +310,23 @@ def fused_recurrent_gated_delta_rule_packed_decode(
     in place at ``ssm_state_indices [B]`` (``<= 0``: padding, output row zero); out ``[B, 1, HV, V]``
     contiguous, written in place. Returns ``(out, initial_state)``.
     """
+    # one binding call derives q / k / v / a / b from mixed_qkv, a, b, checks and launches; None: an input it does
+    # not take as it is, for the general path below (which raises the errors or makes the copies)
+    r = _PACKED(mixed_qkv, a, b, initial_state, A_log, dt_bias, scale, out, ssm_state_indices,
+                use_qk_l2norm_in_kernel, _PAD, _widen_packed)
+    if r is not None:
+        return r
+    return _packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
+                          use_qk_l2norm_in_kernel)
+
+
+def _widen_packed(name, x):
+    return _param_f32("fused_recurrent_gated_delta_rule_packed_decode", name, x)
+
+
+def _packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
+                   use_qk_l2norm_in_kernel):
+    """The packed decode's general path: the checks that raise, the copies of strided gates / indices."""
     fn = "fused_recurrent_gated_delta_rule_packed_decode"
     if mixed_qkv.dim() != 2:
         raise ValueError(f"{_name(fn)}: `mixed_qkv` must be a 2D tensor (got ndim={mixed_qkv.dim()})")
