@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# scripts/pack_tests.sh — `gdn pack`'s solutions checked without a GPU (run by .ci/run after `gdn kernels`, whose
-# NVRTC cache it reuses; standalone: bash scripts/pack_tests.sh [path/to/gdn]).
+# scripts/pack_tests.sh — `gdn pack`'s solutions checked without a GPU (run by .ci/run after `gdn kernels`;
+# standalone: bash scripts/pack_tests.sh [path/to/gdn]). Every pack here compiles into a fresh NVRTC cache of its
+# own, so that step 2 compares two compiles made now: a long-lived ~/.cache/gdn was seen holding a decode-module
+# CUBIN that loads and runs but differs in some bytes from a fresh compile under the same key.
 #  1. every GDN definition of ../shared is packed; flashinfer-bench 0.1.2's data models validate each solution
 #     (scripts/validate_solutions.py: Solution, entry point exported with the definition's parameters in order,
 #     sources complete, CUBINs intact, config.toml), and its self-test shows broken solutions are reported;
-#  2. the decode solution is packed again with an empty NVRTC cache: its kernels must be byte for byte the same
+#  2. the decode solution is packed again with another empty NVRTC cache: its kernels must be byte for byte the same
 #     (the embedded CUBINs are what NVRTC makes of the library's module sources, not a stale cache entry);
 #  3. each solution is built as flashinfer-bench's TVM-FFI builder builds it — its .cu with nvcc from the CUDA 13.0
 #     wheels (-gencode=arch=compute_90,code=sm_90, -std=c++17 -O2), its .cpp with c++, linked with -ltvm_ffi and
@@ -28,7 +30,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 echo "== pack every definition"
-"$gdn" pack --definition all --out "$work/packs" --definitions "$defs"
+GDN_CACHE_DIR="$work/cache" "$gdn" pack --definition all --out "$work/packs" --definitions "$defs"
 
 echo "== flashinfer-bench 0.1.2 data models"
 "${pipi[@]}" --target "$fib_dir" flashinfer-bench==0.1.2 pydantic==2.14.4 pydantic-core==2.50.5 \
