@@ -9,7 +9,7 @@
 //! plan with a workspace, a `scale` that is not a float, a `max_seqlen` or `update_pool` of another type, a
 //! bool `has_initial_state` on the host (converted there).
 
-use crate::args::is_dense;
+use crate::args::{is_dense, Checked};
 use crate::desc::{row_major, Desc, Dims};
 use crate::{checked, objects, run_now, serving};
 use gdn_core::{Op, Serving};
@@ -109,6 +109,38 @@ fn options(
     serving::options_of(op, norm, layout, pad, every.unwrap_or(&zero))
 }
 
+/// Launches a validated call at once and returns `(output, returned)`; None when the call needs the Python layer's
+/// general path after all (a plan with a device workspace).
+fn launch<'py>(
+    py: Python<'py>,
+    c: Checked,
+    output: &Bound<'py, PyAny>,
+    dest: Option<&Bound<'py, PyAny>>,
+    returned: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    match run_now(py, c, Some(output), dest)? {
+        None => Ok(Some(PyTuple::new(py, [output, returned])?)),
+        Some(_) => Ok(None),
+    }
+}
+
+/// The state destination and the returned state of a decode / prefill call: with `state_indices` the pool (`state`)
+/// is written in place and returned (a given `new_state` must be the pool: the binding checks); otherwise
+/// `new_state`.
+fn pool_dest<'a, 'py>(
+    state: &'a Bound<'py, PyAny>,
+    new_state: &'a Bound<'py, PyAny>,
+    state_indices: &Bound<'py, PyAny>,
+) -> (&'a Bound<'py, PyAny>, &'a Bound<'py, PyAny>) {
+    if state_indices.is_none() {
+        (new_state, new_state)
+    } else if new_state.is_none() {
+        (state, state)
+    } else {
+        (new_state, state)
+    }
+}
+
 /// `gdn.decode`'s one-step path (module doc). Returns `(output, new_state)` (the pool with `state_indices`),
 /// or None for the Python layer's general path.
 #[pyfunction]
@@ -138,13 +170,7 @@ pub fn decode<'py>(
     has_initial_state: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let op = Op::Decode;
-    let pool = !state_indices.is_none();
-    // a pool call writes the pool (new_state, if given, must be the pool: the binding checks)
-    let dest = if pool && new_state.is_none() {
-        state
-    } else {
-        new_state
-    };
+    let (dest, returned) = pool_dest(state, new_state, state_indices);
     let Some(scale) = scale_of(scale) else {
         return Ok(None);
     };
@@ -167,11 +193,7 @@ pub fn decode<'py>(
         return Ok(None);
     };
     let c = checked(op, descs, scale, false, None, sv)?;
-    let returned = if pool { state } else { new_state };
-    match run_now(py, c, Some(output), Some(dest))? {
-        None => Ok(Some(PyTuple::new(py, [output, returned])?)),
-        Some(_) => Ok(None),
-    }
+    launch(py, c, output, Some(dest), returned)
 }
 
 /// `gdn.prefill`'s one-step path (module doc). Returns `(output, new_state)` (the pool with `state_indices`),
@@ -209,12 +231,7 @@ pub fn prefill<'py>(
     checkpoints: &Bound<'py, PyAny>,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let op = Op::Prefill;
-    let pool = !state_indices.is_none();
-    let dest = if pool && new_state.is_none() {
-        state
-    } else {
-        new_state
-    };
+    let (dest, returned) = pool_dest(state, new_state, state_indices);
     let Some(scale) = scale_of(scale) else {
         return Ok(None);
     };
@@ -248,11 +265,7 @@ pub fn prefill<'py>(
         return Ok(None);
     };
     let c = checked(op, descs, scale, false, max_seq_len, sv)?;
-    let returned = if pool { state } else { new_state };
-    match run_now(py, c, Some(output), Some(dest))? {
-        None => Ok(Some(PyTuple::new(py, [output, returned])?)),
-        Some(_) => Ok(None),
-    }
+    launch(py, c, output, Some(dest), returned)
 }
 
 /// `gdn.mtp`'s one-step path (module doc). Returns `(output, initial_state)`, or None for the Python layer's
@@ -326,10 +339,7 @@ pub fn mtp<'py>(
     };
     let c = checked(op, descs, scale, serving, None, sv)?;
     let dest = Some(initial_state).filter(|_| serving);
-    match run_now(py, c, Some(output), dest)? {
-        None => Ok(Some(PyTuple::new(py, [output, initial_state])?)),
-        Some(_) => Ok(None),
-    }
+    launch(py, c, output, dest, initial_state)
 }
 
 /// The packed decode of the engine adapters (`gdn.vllm`'s `fused_recurrent_gated_delta_rule_packed_decode`,
@@ -442,10 +452,7 @@ pub fn packed_decode<'py>(
     // serving tensors (serving::INPUTS order): g, alpha, beta, state_indices, has_initial_state, ...
     descs.extend([None, None, None, Some(idx), None, None, None, None]);
     let c = checked(op, descs, scale, false, None, sv)?;
-    match run_now(py, c, Some(output), Some(state))? {
-        None => Ok(Some(PyTuple::new(py, [output, state])?)),
-        Some(_) => Ok(None),
-    }
+    launch(py, c, output, Some(state), state)
 }
 
 /// Sizes of a packed decode: B, H, K, HV, V.
