@@ -20,7 +20,9 @@
 # bench_serving.json, logs.tar.gz.
 # Prints a short summary last. Exit code: 0 when every step passed.
 # Knobs (environment): GDN (binary), SMOKE, STEPS (e.g. "kernels check"), CHECK_ARGS, BENCH_ARGS, RACE_OPS,
-# T_<STEP> (seconds per step; defaults below), GDN_CACHE_DIR (NVRTC cache; shared by all steps).
+# T_<STEP> (seconds per step; defaults below), GDN_CACHE_DIR (NVRTC cache; shared by all steps), GDN_ARCH (the
+# compile target, kernels/target.rs: `compute_80` runs every step on the portable kernels as an A100 runs them,
+# compiled from PTX by the driver; `sm_90` on the portable kernels compiled for Hopper without its sm_90a features).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

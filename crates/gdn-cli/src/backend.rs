@@ -45,13 +45,19 @@ impl Engine {
         }
     }
 
-    /// The prefill plans `check` runs each prefill case with: every plan on CUDA (forced one after the
-    /// other: the host plans, the device plan and its forced routes), unless `GDN_KERNEL` decides; `[None]` (the
-    /// backend's own choice) otherwise.
+    /// The prefill plans `check` runs each prefill case with: every plan the device's target has on CUDA (forced
+    /// one after the other: the host plans, the device plan and its forced routes; on a GPU other than Hopper the
+    /// fused ones), unless `GDN_KERNEL` decides; `[None]` (the backend's own choice) otherwise.
     pub fn prefill_plans(&self) -> Vec<Option<ForcedPlan>> {
         match self {
             Engine::Cuda(b) if b.kernel_override().is_none() => {
-                ForcedPlan::CHECKED.iter().copied().map(Some).collect()
+                let caps = b.caps();
+                ForcedPlan::CHECKED
+                    .iter()
+                    .copied()
+                    .filter(|p| p.available(&caps))
+                    .map(Some)
+                    .collect()
             }
             _ => vec![None],
         }

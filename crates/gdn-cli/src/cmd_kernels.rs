@@ -26,7 +26,7 @@ pub struct Args {
     /// NVRTC target architecture (sm_80, sm_90a, sm_100f, ...), or `all`: every architecture CI compiles for
     /// (sm_80, sm_86, sm_89, sm_90, sm_90a, sm_100, sm_100a, sm_120). Modules that do not declare it are listed
     /// as not built.
-    #[arg(long, default_value = plan::SUPPORTED_ARCH)]
+    #[arg(long, default_value = plan::HOPPER_ARCH)]
     arch: String,
     /// Also print the kernel choice for representative decode / MTP / prefill shapes.
     #[arg(long)]

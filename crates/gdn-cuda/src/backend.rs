@@ -38,7 +38,7 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens device 0 (driver, device, Hopper check, NVRTC) and prepares its kernels (compiled lazily,
+    /// Opens device 0 (driver, device, its compile target, NVRTC) and prepares its kernels (compiled lazily,
     /// from the disk cache when possible).
     pub fn open() -> Result<CudaBackend> {
         let gpu = Gpu::open(0).map_err(be)?;

@@ -110,7 +110,7 @@ fn copy_kernel(b: &CudaBackend) -> Result<&Function> {
             Function::load(
                 "gdn_bench_copy.cu",
                 COPY_SRC,
-                b.gpu.arch,
+                &b.kernels.target().nvrtc_arch(),
                 "gdn_bench_copy",
                 "copy",
             )
@@ -460,6 +460,6 @@ impl Timed for CudaBackend {
     }
 
     fn device(&self) -> String {
-        self.gpu.info.describe()
+        format!("{}, kernels for {}", self.gpu.info.describe(), self.kernels.target())
     }
 }

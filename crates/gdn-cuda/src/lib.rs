@@ -1,12 +1,14 @@
-//! gdn-cuda: the CUDA backend. Hopper (sm_90a) kernels from `kernels/`, compiled at run time by NVRTC
-//! (disk-cached CUBINs) and launched through cudarc's driver layer. Nothing CUDA is linked: the binary
+//! gdn-cuda: the CUDA backend for GPUs from Ampere (sm_80) on: the kernels of `kernels/`, compiled at run time by
+//! NVRTC for the device's target (disk-cached CUBINs; every plan on Hopper, sm_90a; the portable plans elsewhere) and
+//! launched through cudarc's driver layer. Nothing CUDA is linked: the binary
 //! starts anywhere, and `open()` says precisely what is missing (driver, GPU, architecture, NVRTC, headers).
 //!
 //! The crate by folder, lowest first (each imports only from those above it in this list):
 //! * `runtime/` — driver plumbing: libraries (`loader`), `nvrtc` (compile, disk cache), `context` (device,
-//!   arch check, stream), `memory`, standalone `function`s, `cupti`
+//!   facts, stream), `memory`, standalone `function`s, `cupti`
 //! * `kernels/` — the kernels as data: `registry` (the table of variants and modules), `sources`,
-//!   `resources` (ptxas report), `report` (GPU-free compile of every kernel, `gdn kernels`)
+//!   `resources` (ptxas report), `report` (GPU-free compile of every kernel, `gdn kernels`), `target` (a
+//!   device's compile target)
 //! * `plan/` — pure, GPU-free kernel choice: the shared types (`Shape`, `DeviceCaps`, `Launch`, `Rejection`),
 //!   grids, the decode / MTP table and `select`, `prefill/` (host plans, cost model, device plan, overrides)
 //! * `abi/` — the kernels' binary interface: `params` (`#[repr(C)]` mirrors), `args` (validated launch
@@ -41,6 +43,8 @@ pub trait CudaLike: Backend + Timed {
     fn plan_label(&self, p: &Problem) -> Result<String>;
     /// The `GDN_KERNEL` override, when set (it then decides every call's plan).
     fn kernel_override(&self) -> Option<String>;
+    /// What the planner knows of the device (its target architecture among it).
+    fn caps(&self) -> DeviceCaps;
     /// Runs the prefill problem `p` with plan `plan` forced; returns the label of what ran.
     fn run_prefill_plan(
         &self,
@@ -54,6 +58,9 @@ pub trait CudaLike: Backend + Timed {
 impl CudaLike for CudaBackend {
     fn plan_label(&self, p: &Problem) -> Result<String> {
         Ok(self.plan(p)?.label())
+    }
+    fn caps(&self) -> DeviceCaps {
+        self.kernels().caps()
     }
     fn kernel_override(&self) -> Option<String> {
         self.kernels().env_override().map(str::to_string)
@@ -69,8 +76,8 @@ impl CudaLike for CudaBackend {
     }
 }
 
-/// Opens the CUDA backend on device 0, or says precisely why it cannot (no driver, no GPU, a GPU that is
-/// not Hopper — named with its compute capability —, no NVRTC or headers, with the places searched).
+/// Opens the CUDA backend on device 0, or says precisely why it cannot (no driver, no GPU, a GPU older than Ampere
+/// — named with its compute capability —, no NVRTC or headers, with the places searched).
 pub fn open() -> Result<Box<dyn CudaLike>> {
     Ok(Box::new(CudaBackend::open()?))
 }

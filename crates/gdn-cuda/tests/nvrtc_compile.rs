@@ -140,3 +140,36 @@ fn architecture_declarations_agree_with_nvrtc() {
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
+
+/// A `compute_` target yields PTX for the driver (`kernels::target`: the fallback for an architecture CI does not
+/// compile for, and `GDN_ARCH=compute_80`): text for that virtual architecture, NUL-terminated for cuModuleLoadData.
+#[test]
+fn a_compute_target_compiles_to_ptx_for_the_driver() {
+    if !nvrtc_available() {
+        return;
+    }
+    private_cache();
+    let sources = SourceSet::load().expect("sources load");
+    let headers = sources.headers();
+    let m = &registry::RECURRENT;
+    let text = registry::module_source(m, sources.get(m.source).unwrap());
+    let c = gdn_cuda::runtime::nvrtc::compile(&gdn_cuda::runtime::nvrtc::Request {
+        name: m.source,
+        source: &text,
+        headers: &headers,
+        arch: "compute_80",
+        defines: m.defines,
+    })
+    .expect("compute_80 compiles");
+    assert_eq!(c.cubin.last(), Some(&0u8), "PTX ends with its NUL");
+    let ptx = String::from_utf8_lossy(&c.cubin);
+    assert!(
+        ptx.contains(".target sm_80"),
+        "not sm_80 PTX: {}",
+        &ptx[..ptx.len().min(400)]
+    );
+    assert!(
+        ptx.contains(".entry gdn_recurrent_f32_t1_v4r2w8"),
+        "the kernels are in it"
+    );
+}

@@ -6,8 +6,8 @@ mod common;
 
 use common::{plan, pre, shape, H100};
 use gdn_core::Op;
-use gdn_cuda::kernels::registry::{prefill64, Family, StateDtype, VARIANTS};
-use gdn_cuda::plan::prefill::{self, DeviceRoute};
+use gdn_cuda::kernels::registry::{self, prefill64, Family, StateDtype, VARIANTS};
+use gdn_cuda::plan::prefill::{self, DeviceRoute, PrefillPlan};
 use gdn_cuda::plan::{select, DeviceCaps, PlanKind, Rejection, Shape, MAX_GRID_X, MAX_GRID_YZ};
 
 #[test]
@@ -69,10 +69,14 @@ fn every_prefill_launch_fits_the_grid_limits_and_the_shared_memory() {
 #[test]
 fn rejections_name_the_reason() {
     let s = shape(Op::Decode, 1, 1, StateDtype::F32);
-    let a100 = DeviceCaps { cc: (8, 0), ..H100 };
-    let e = select::choose(&s, &a100, None).unwrap_err();
-    assert_eq!(e, Rejection::Arch { cc: (8, 0) });
-    assert!(e.to_string().contains("8.0"));
+    let t4 = DeviceCaps {
+        cc: (7, 5),
+        arch: gdn_cuda::kernels::registry::Arch::portable(75),
+        ..H100
+    };
+    let e = select::choose(&s, &t4, None).unwrap_err();
+    assert_eq!(e, Rejection::Arch { cc: (7, 5) });
+    assert!(e.to_string().contains("7.5") && e.to_string().contains("8.0"));
     assert!(matches!(
         select::choose(
             &Shape {
@@ -237,12 +241,27 @@ fn chunk64_and_cp_need_their_shared_memory() {
         })
     ));
     // the automatic rule would run this shape context parallel (walk-sized kernels too): it falls back to
-    // the fused plan, whose bv16 kernel (225696 bytes) does not fit either — the rejection names it
+    // the fused plan on the tiles that fit, the compact ones (85136 and 88760 bytes)
     assert_eq!(plan(&long).kind(), PlanKind::ContextParallelWide);
+    let fallback = prefill::choose(&long, &small, None).unwrap();
+    let PrefillPlan::Fused { variant } = &fallback else {
+        panic!("{:?}", fallback.kind())
+    };
+    assert!(
+        registry::is_compact(variant.variant),
+        "{}",
+        variant.variant.name
+    );
+    // with room for no tile at all, the rejection names the smallest
+    let tiny = DeviceCaps {
+        max_dyn_smem: 80_000,
+        ..H100
+    };
     assert!(matches!(
-        prefill::choose(&long, &small, None),
+        prefill::choose(&long, &tiny, None),
         Err(Rejection::SharedMemory {
-            kernel: "gdn_prefill_f32_bv16",
+            kernel: "gdn_prefill_f32_bv64_np2",
+            need: 85_136,
             ..
         })
     ));

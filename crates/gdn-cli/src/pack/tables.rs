@@ -127,9 +127,9 @@ impl Tables {
             h.num_k_heads,
             h.num_v_heads,
             h.head_size,
-            gdn_cuda::plan::SUPPORTED_CC.0,
-            gdn_cuda::plan::SUPPORTED_CC.1,
-            gdn_cuda::plan::SUPPORTED_ARCH
+            gdn_cuda::plan::HOPPER_CC.0,
+            gdn_cuda::plan::HOPPER_CC.1,
+            gdn_cuda::plan::HOPPER_ARCH
         );
         for (name, value) in plan_table::size_constants() {
             let _ = writeln!(o, "constexpr uint64_t {name} = {value}ull;");

@@ -26,8 +26,15 @@ __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_gen
 // Without the attribute (a first launch, GDN_PDL=0) the launch is stream-ordered and the three are no-ops.
 // Why: a launch boundary costs ~1.2-1.6 us of the call's span and a device-plan launch that exits ~1.5-2.5 us of kernel
 // time; under PDL both overlap the predecessor's run.
+// Before sm_90 there is no PDL: the host never sets the attribute for a target below sm_90 (exec/kernel_set.rs), every
+// launch is stream-ordered, and the two are empty.
+#if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+#else
+__device__ __forceinline__ void pdl_launch_dependents() {}
+__device__ __forceinline__ void pdl_wait() {}
+#endif
 __device__ __forceinline__ void pdl_exit() {
     if ((blockIdx.x | blockIdx.y | blockIdx.z) == 0) pdl_wait();
 }
@@ -108,11 +115,18 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(u32 addr, u32 bytes) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(addr), "r"(bytes)
                  : "memory");
 }
+// sm_90 and later: try_wait, which suspends the thread in hardware for a while before it reports; sm_80/86/89:
+// test_wait, a plain poll (the mbarrier itself, init and arrive are Ampere's).
 __device__ __forceinline__ void mbar_wait(u32 addr, u32 parity) {
     u32 done;
     do {
+#if __CUDA_ARCH__ >= 900
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+#else
+        asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+#endif
     } while (!done);
 }
 // Copy `bytes` (multiple of 16, both addresses 16-byte aligned) from global to this CTA's shared memory; completion

@@ -119,7 +119,14 @@ template <int BV> __host__ __device__ constexpr int walker_warps() { return (BV 
 // a ninth warp would double sub-partition 0's load and walker 0 would lag), bv128 4 (12 warps: 384 threads, <= 168
 // registers).
 template <int BV> __host__ __device__ constexpr int producers() { return BV == 16 ? 5 : 4; }
-template <int BV> __host__ __device__ constexpr int block_threads() { return 32 * (walker_warps<BV>() + producers<BV>()); }
+template <int BV, int NP = producers<BV>()> __host__ __device__ constexpr int block_threads() {
+    return 32 * (walker_warps<BV>() + NP);
+}
+// The compact tiles (`_np2`): bv32 and bv64 with two producers, so a ring of 5 slots: 88760 and 85136 bytes of shared
+// memory, under the 101376 (99 KB) a block may take on sm_86, sm_89 and sm_120, where no default tile fits (sm_80
+// allows 166912: bv32 and bv64 fit there as they are). Two producers prepare chunks at half the default tiles' rate,
+// so the walkers wait on them where the chain is short; only the plans of such GPUs pick them (plan::prefill::host).
+constexpr int COMPACT_NP = 2;
 template <int NP> __host__ __device__ constexpr int ring_depth() { return 2 * NP + 1; }
 // Whether a tile stages its first loads (body.cuh): the producers issue their first chunks' loads before the walkers
 // load their states, and each producer issues its second chunk's loads after its first chunk's math. Why: a call of
@@ -154,7 +161,9 @@ template <int BV, int NP> __host__ __device__ constexpr int smem_bytes() {
 static_assert(smem_bytes<16, producers<16>()>() == 225696 && smem_bytes<32, producers<32>()>() == 159000 &&
                   smem_bytes<64, producers<64>()>() == 151248 && smem_bytes<128, producers<128>()>() == 172752 &&
                   block_threads<16>() == 256 && block_threads<32>() == 256 && block_threads<64>() == 256 &&
-                  block_threads<128>() == 384,
+                  block_threads<128>() == 384 && smem_bytes<32, COMPACT_NP>() == 88760 &&
+                  smem_bytes<64, COMPACT_NP>() == 85136 && block_threads<32, COMPACT_NP>() == 192 &&
+                  block_threads<64, COMPACT_NP>() == 192,
               "launch table (mirrored by the Rust registry, src/kernels/registry.rs)");
 // The launch table as data, for the device harness (cuModuleGetGlobal): {BV, threads, dynamic smem} per variant.
 extern "C" __device__ const int gdn_prefill_launch[4][3] = {

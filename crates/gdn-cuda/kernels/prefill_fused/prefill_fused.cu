@@ -107,12 +107,14 @@
 //   dynamic shared memory = smem_bytes<BV, producers<BV>()>(): bv16 225696, bv32 159000, bv64 151248, bv128 172752
 //           (all > 48 KB: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES must be raised). Both are also in the
 //           module as data (gdn_prefill_launch) and in the Rust registry, checked against these constexprs.
+// gdn_prefill_<state>_bv{32,64}_np2: the compact tiles, two producers (params.cuh COMPACT_NP): block 192, dynamic shared
+// memory 88760 (bv32) and 85136 (bv64), for GPUs with 99 KB per block.
 // ---------------------------------------------------------------------------------------------------------
 #ifndef GDN_DEVICE_PLAN
-#define GDN_PREFILL_KERNEL(NAME, NW, BF16, LF)                                                           \
-    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), 1)               \
+#define GDN_PREFILL_KERNEL_NP(NAME, NW, NP, BF16, LF)                                                    \
+    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW, NP>(), 1)           \
         NAME(const PrefillParams p) {                                                                    \
-        gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, LF>(p);                   \
+        gdn_prefill::prefill_body<NW, NP, BF16, LF>(p);                                                  \
     }
 #else  // the device plan's build: exit unless run_from <= the longest sequence < run_below (nothing written yet)
 namespace gdn_prefill {
@@ -129,13 +131,15 @@ __device__ __forceinline__ bool device_plan_runs(const PrefillPlanParams& pp) {
     return true;
 }
 }  // namespace gdn_prefill
-#define GDN_PREFILL_KERNEL(NAME, NW, BF16, LF)                                                           \
-    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW>(), 1)               \
+#define GDN_PREFILL_KERNEL_NP(NAME, NW, NP, BF16, LF)                                                    \
+    extern "C" __global__ void __launch_bounds__(gdn_prefill::block_threads<16 * NW, NP>(), 1)           \
         NAME(const PrefillPlanParams pp) {                                                               \
         if (gdn_prefill::device_plan_runs(pp))                                                           \
-            gdn_prefill::prefill_body<NW, gdn_prefill::producers<16 * NW>(), BF16, LF>(pp.p);            \
+            gdn_prefill::prefill_body<NW, NP, BF16, LF>(pp.p);                                           \
     }
 #endif
+// A tile with its default producer count.
+#define GDN_PREFILL_KERNEL(NAME, NW, BF16, LF) GDN_PREFILL_KERNEL_NP(NAME, NW, gdn_prefill::producers<16 * NW>(), BF16, LF)
 // The split kernels (bv128, longest first; schedule.cuh).
 #ifndef GDN_DEVICE_PLAN
 #define GDN_PREFILL_SPLIT_KERNEL(NAME, BF16)                                                             \
@@ -165,3 +169,8 @@ GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv64_lf, 4, true, true)
 GDN_PREFILL_KERNEL(gdn_prefill_bf16_bv128_lf, 8, true, true)
 GDN_PREFILL_SPLIT_KERNEL(gdn_prefill_f32_bv128_sp, false)
 GDN_PREFILL_SPLIT_KERNEL(gdn_prefill_bf16_bv128_sp, true)
+// The compact tiles (params.cuh COMPACT_NP): for GPUs whose blocks may not take the default tiles' shared memory.
+GDN_PREFILL_KERNEL_NP(gdn_prefill_f32_bv32_np2, 2, gdn_prefill::COMPACT_NP, false, false)
+GDN_PREFILL_KERNEL_NP(gdn_prefill_f32_bv64_np2, 4, gdn_prefill::COMPACT_NP, false, false)
+GDN_PREFILL_KERNEL_NP(gdn_prefill_bf16_bv32_np2, 2, gdn_prefill::COMPACT_NP, true, false)
+GDN_PREFILL_KERNEL_NP(gdn_prefill_bf16_bv64_np2, 4, gdn_prefill::COMPACT_NP, true, false)

@@ -57,7 +57,7 @@ fn test_kernel(b: &CudaBackend) -> Result<(), String> {
         name: "smoke.cu",
         source: SMOKE_SRC,
         headers: &[],
-        arch: gpu.arch,
+        arch: &b.kernels().target().nvrtc_arch(),
         defines: &[],
     })?;
     println!(
@@ -116,7 +116,7 @@ fn empty_floor(b: &CudaBackend, cfg: &TimingConfig) -> Result<String, String> {
         name: "smoke.cu",
         source: SMOKE_SRC,
         headers: &[],
-        arch: gpu.arch,
+        arch: &b.kernels().target().nvrtc_arch(),
         defines: &[],
     })?;
     // SAFETY: a CUBIN for this device; the module is kept for the process.

@@ -7,6 +7,7 @@
 use crate::exec::backend_err;
 use crate::kernels::registry::{self, Module, Variant};
 use crate::kernels::sources::SourceSet;
+use crate::kernels::target::{self, Target, ARCH_ENV};
 use crate::plan::prefill::{self, PrefillPlan};
 use crate::plan::{select, DeviceCaps, Launch, Rejection, Shape};
 use crate::runtime::context::{drv, DeviceInfo, Gpu};
@@ -44,6 +45,8 @@ struct LoadedModule {
 /// The kernels of one context (the one current when `KernelSet::new` was called).
 pub struct KernelSet {
     pub(super) caps: DeviceCaps,
+    target: Target,
+    /// `target` as NVRTC takes it (`sm_90a`, `compute_80`).
     arch: String,
     sources: SourceSet,
     /// `GDN_KERNEL`, read once.
@@ -60,10 +63,11 @@ pub struct KernelSet {
 unsafe impl Send for KernelSet {}
 unsafe impl Sync for KernelSet {}
 
-/// What the planner needs to know about a device.
-pub fn device_caps(info: &DeviceInfo) -> DeviceCaps {
+/// What the planner needs to know about a device whose kernels are compiled for `target`.
+pub fn device_caps(info: &DeviceInfo, target: Target) -> DeviceCaps {
     DeviceCaps {
         cc: info.cc,
+        arch: target.arch,
         sm_count: info.sm_count,
         max_dyn_smem: info.max_dyn_smem,
         mem_bytes: info.total_mem,
@@ -71,17 +75,21 @@ pub fn device_caps(info: &DeviceInfo) -> DeviceCaps {
 }
 
 impl KernelSet {
-    /// A kernel set for the context current on this thread (nothing is compiled yet).
-    pub fn new(caps: DeviceCaps, arch: &str) -> Result<KernelSet> {
+    /// A kernel set for the context current on this thread (nothing is compiled yet), compiling for `target`;
+    /// `caps.arch` is `target.arch`.
+    pub fn new(caps: DeviceCaps, target: Target) -> Result<KernelSet> {
+        debug_assert_eq!(caps.arch, target.arch);
         let sources = SourceSet::load().map_err(backend_err)?;
         Ok(KernelSet {
             caps,
-            arch: arch.to_string(),
+            target,
+            arch: target.nvrtc_arch(),
             sources,
             force: std::env::var(KERNEL_OVERRIDE_ENV)
                 .ok()
                 .filter(|s| !s.is_empty()),
-            pdl: std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
+            // (no PDL below sm_90: the kernels compiled for such a target have no griddepcontrol to wait with)
+            pdl: caps.has_pdl() && std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
             modules: registry::modules()
                 .into_iter()
                 .map(|m| (m, OnceLock::new()))
@@ -89,9 +97,23 @@ impl KernelSet {
         })
     }
 
-    /// A kernel set for `gpu`'s context (current on this thread).
+    /// A kernel set for `gpu`'s context (current on this thread), compiled for the device's target
+    /// (`kernels::target::target_for`, with `GDN_ARCH`); a GPU before Ampere is refused here. The target's notice,
+    /// if any, goes to stderr once per process.
     pub fn for_gpu(gpu: &Gpu) -> Result<KernelSet> {
-        KernelSet::new(device_caps(&gpu.info), gpu.arch)
+        let force = std::env::var(ARCH_ENV).ok().filter(|s| !s.is_empty());
+        let choice = target::target_for(&gpu.info.name, gpu.info.cc, force.as_deref())
+            .map_err(backend_err)?;
+        if let Some(n) = &choice.notice {
+            static NOTICE: std::sync::Once = std::sync::Once::new();
+            NOTICE.call_once(|| eprintln!("{n}"));
+        }
+        KernelSet::new(device_caps(&gpu.info, choice.target), choice.target)
+    }
+
+    /// The target the kernels are compiled for.
+    pub fn target(&self) -> Target {
+        self.target
     }
 
     pub fn caps(&self) -> DeviceCaps {
@@ -157,7 +179,8 @@ impl KernelSet {
             arch: &self.arch,
             defines: m.defines,
         })?;
-        // SAFETY: a CUBIN image for this device's architecture; the context is current.
+        // SAFETY: a CUBIN image for this device's architecture, or PTX (NUL-terminated) the driver compiles for it; the
+        // context is current.
         let module = unsafe { result::module::load_data(compiled.cubin.as_ptr() as *const c_void) }
             .map_err(|e| drv(&format!("cuModuleLoadData({})", m.source), e))?;
         let mut kernels = HashMap::new();

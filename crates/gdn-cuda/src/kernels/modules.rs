@@ -22,6 +22,14 @@ pub struct Arch {
 }
 
 impl Arch {
+    /// `sm_<cc>`: the features every later GPU keeps.
+    pub const fn portable(cc: u32) -> Arch {
+        Arch {
+            cc,
+            features: ArchFeatures::Portable,
+        }
+    }
+
     /// `sm_80`, `sm_90a`, `sm_100f`, ... (lower-case, as NVRTC takes them).
     pub fn parse(name: &str) -> Result<Arch, String> {
         let bad = || {
@@ -143,14 +151,14 @@ pub fn in_recurrent_f16(name: &str) -> bool {
     name.ends_with("_sv") || name.ends_with("_kf")
 }
 
-/// prefill_fused.cu with its default producer warps per variant. Its math (`mma.sync`, `ldmatrix`) and its loads
-/// (`cp.async`) are Ampere's, but its warps hand tiles over on mbarriers waited with `mbarrier.try_wait.parity` and it
-/// runs under programmatic dependent launch (`griddepcontrol`): Hopper features, which later GPUs keep.
+/// prefill_fused.cu: the fused tiles. Its math (`mma.sync`, `ldmatrix`), its loads (`cp.async`) and its hand-offs
+/// (mbarriers) are Ampere's; on sm_90 and later it waits on mbarriers with `try_wait` and runs under programmatic
+/// dependent launch (`griddepcontrol`), below sm_90 with `test_wait` polls and stream order (kernels/common/sm90.cuh).
 pub const PREFILL: Module = Module {
     id: "prefill",
     source: "prefill_fused/prefill_fused.cu",
     defines: &[],
-    arches: Arches::From(90),
+    arches: Arches::From(80),
 };
 
 /// prefill_chunk64.cu: the "chunk64" prefill plan (prep + walk, with a device workspace) and the cp plan's prep,

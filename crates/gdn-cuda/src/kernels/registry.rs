@@ -435,6 +435,11 @@ const fn split_build(name: &'static str, plain: Variant) -> Variant {
     }
 }
 
+/// Whether `v` is a compact fused tile (`compact_tile!`, named `…_np2`).
+pub fn is_compact(v: &Variant) -> bool {
+    v.family == Family::Prefill && v.name.ends_with("_np2")
+}
+
 /// Whether `v` is a split fused tile (`split_build`).
 pub fn is_split(v: &Variant) -> bool {
     v.grid == GridOrder::SplitLongest
@@ -510,6 +515,31 @@ macro_rules! prefill_tile {
     };
 }
 
+/// A compact fused tile (`_np2`, `gdn_prefill::COMPACT_NP` producers): the tile of width `bv` with a smaller ring, for GPUs
+/// whose blocks cannot take the default tiles' shared memory (99 KB on sm_86, sm_89, sm_120). `walkers_over`: its walker
+/// warps beyond one per 16 value rows (the output walkers of bv32's mirror scheme).
+macro_rules! compact_tile {
+    ($name:literal, $state:expr, $bv:literal, $walkers_over:literal, $smem:literal) => {
+        prefill(
+            $name,
+            $state,
+            $bv,
+            $walkers_over + 2,
+            $smem,
+            concat!(
+                "gdn_prefill::smem_bytes<",
+                $bv,
+                ", gdn_prefill::COMPACT_NP>()"
+            ),
+            concat!(
+                "gdn_prefill::block_threads<",
+                $bv,
+                ", gdn_prefill::COMPACT_NP>()"
+            ),
+        )
+    };
+}
+
 /// prefill_chunk64.cu's shared-memory sizes with the C++ constant each is checked against.
 const PREP: (u32, &str) = (prefill64::PREP_SMEM, prefill64::PREP_SMEM_EXPR);
 const WALK: (u32, &str) = (prefill64::WALK_SMEM, prefill64::WALK_SMEM_EXPR);
@@ -574,6 +604,11 @@ pub static VARIANTS: &[Variant] = &[
     longest_first_build("gdn_prefill_bf16_bv128_lf", PREFILL_BF16_BV128),
     split_build("gdn_prefill_f32_bv128_sp",  PREFILL_F32_BV128),
     split_build("gdn_prefill_bf16_bv128_sp", PREFILL_BF16_BV128),
+    //            name                        state BV  extra walkers  dynamic smem
+    compact_tile!("gdn_prefill_f32_bv32_np2",  F32,  32, 2,             88_760),
+    compact_tile!("gdn_prefill_f32_bv64_np2",  F32,  64, 0,             85_136),
+    compact_tile!("gdn_prefill_bf16_bv32_np2", BF16, 32, 2,             88_760),
+    compact_tile!("gdn_prefill_bf16_bv64_np2", BF16, 64, 0,             85_136),
     //               name                           family            state grid          smem
     prefill64_kernel("gdn_prefill64_prep",          Prefill64Prep,    F32,  ChunkSlots,   PREP), // reads no state (not matched)
     prefill64_kernel("gdn_prefill64_walk_f32",      Prefill64Walk,    F32,  Linear,       WALK),
@@ -631,17 +666,19 @@ pub fn split_of(v: &Variant) -> Option<&'static Variant> {
             && w.family == v.family
             && w.state == v.state
             && w.ctas_per_head == v.ctas_per_head
+            && w.dyn_smem == v.dyn_smem
     })
 }
 
-/// The longest-first build of fused prefill tile `v` (the same state and width; `v` itself when it is one), or None
-/// (a tile without one: bv16, bv32, whose calls are short and latency-bound).
+/// The longest-first build of fused prefill tile `v` (the same state, width and launch; `v` itself when it is one), or
+/// None (a tile without one: bv16, bv32, whose calls are short and latency-bound, and the compact tiles).
 pub fn longest_first_of(v: &Variant) -> Option<&'static Variant> {
     VARIANTS.iter().find(|w| {
         w.longest_first
             && w.family == v.family
             && w.state == v.state
             && w.ctas_per_head == v.ctas_per_head
+            && w.dyn_smem == v.dyn_smem
     })
 }
 

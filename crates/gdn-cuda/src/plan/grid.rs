@@ -4,7 +4,7 @@
 //! `Launch` within the hardware's grid and shared-memory limits.
 
 use crate::kernels::registry::{self, prefill64, Family, GridOrder, StateDtype, Variant, HEAD_DIM};
-use crate::plan::{DeviceCaps, Launch, Rejection, Shape, MAX_GRID_X, MAX_GRID_YZ, SUPPORTED_CC};
+use crate::plan::{DeviceCaps, Launch, Rejection, Shape, MAX_GRID_X, MAX_GRID_YZ, MIN_CC};
 use gdn_core::Op;
 use std::sync::Arc;
 
@@ -80,7 +80,7 @@ pub(crate) fn family_of(op: Op) -> Family {
 
 /// Checks that hold for every kernel: architecture, head size, head ratio, sequence length.
 pub(crate) fn check_call(s: &Shape, caps: &DeviceCaps) -> Result<(), Rejection> {
-    if caps.cc != SUPPORTED_CC {
+    if caps.arch.cc < MIN_CC {
         return Err(Rejection::Arch { cc: caps.cc });
     }
     if s.head_size != HEAD_DIM as usize {
@@ -135,6 +135,13 @@ pub(crate) fn configure(
     caps: &DeviceCaps,
     why: impl Into<Arc<str>>,
 ) -> Result<Launch, Rejection> {
+    if !caps.builds(variant.module) {
+        return Err(Rejection::NotBuilt {
+            kernel: variant.name,
+            arch: caps.arch,
+            builds_for: variant.module.arches.to_string(),
+        });
+    }
     let (gx, gy, gz) = grid_of(variant, s);
     for (dim, got, max) in [
         ("x", gx, MAX_GRID_X),

@@ -11,9 +11,11 @@
 //!   checks every launch passes (architecture, head size, head ratio, grid limits, shared memory).
 //! * this file — the types they share, and the hardware limits.
 //!
-//! Architecture: compute capability 9.0 only (Hopper, built as `sm_90a`). Head size 128 only.
+//! Architecture: the target the kernels are compiled for (`DeviceCaps::arch`, `kernels::target`). Every plan checks that
+//! its kernels' modules build for it: Hopper (`sm_90a`) gets every plan; another GPU from Ampere on gets the portable
+//! ones (decode, MTP, the fused prefill). Head size 128 only.
 
-use crate::kernels::registry::{Family, StateDtype, Variant, HEAD_DIM};
+use crate::kernels::registry::{Arch, Family, Module, StateDtype, Variant, HEAD_DIM, SM90A};
 use gdn_core::Op;
 use std::fmt;
 use std::sync::Arc;
@@ -23,9 +25,8 @@ pub mod grid;
 pub mod prefill;
 pub mod select;
 
-/// Compute capability gdn's kernels are built for, and the NVRTC target for it (defined where the device is
-/// opened and refused).
-pub use crate::runtime::context::{SUPPORTED_ARCH, SUPPORTED_CC};
+/// Hopper's compute capability and target (the one target with every plan, and the one `gdn pack` ships).
+pub use crate::kernels::target::{HOPPER_ARCH, HOPPER_CC, MIN_CC};
 /// Hardware grid limits (x, and y/z).
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 pub const MAX_GRID_YZ: u64 = 65_535;
@@ -71,6 +72,9 @@ impl Shape {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DeviceCaps {
     pub cc: (i32, i32),
+    /// The architecture the kernels are compiled for (`kernels::target::target_for`; PTX or CUBIN alike): a plan runs
+    /// only kernels whose module builds for it.
+    pub arch: Arch,
     pub sm_count: u32,
     /// Largest dynamic shared memory a block can opt in to (bytes).
     pub max_dyn_smem: u32,
@@ -82,10 +86,40 @@ impl DeviceCaps {
     /// An H100/H200 SXM (132 SMs, 227 KB opt-in shared memory; the H100's 80 GB): for tests and GPU-free reports.
     pub const HOPPER_132: DeviceCaps = DeviceCaps {
         cc: (9, 0),
+        arch: SM90A,
         sm_count: 132,
         max_dyn_smem: 232_448,
         mem_bytes: 80 << 30,
     };
+
+    /// An A100 SXM (108 SMs, 163 KB opt-in shared memory, 80 GB), compiled for sm_80: for tests.
+    pub const AMPERE_108: DeviceCaps = DeviceCaps {
+        cc: (8, 0),
+        arch: Arch::portable(80),
+        sm_count: 108,
+        max_dyn_smem: 166_912,
+        mem_bytes: 80 << 30,
+    };
+
+    /// An L40S (142 SMs, 99 KB opt-in shared memory, 48 GB), compiled for sm_89: for tests.
+    pub const ADA_142: DeviceCaps = DeviceCaps {
+        cc: (8, 9),
+        arch: Arch::portable(89),
+        sm_count: 142,
+        max_dyn_smem: 101_376,
+        mem_bytes: 48 << 30,
+    };
+
+    /// Whether the kernels of module `m` are compiled for this device's target.
+    pub fn builds(&self, m: &Module) -> bool {
+        m.builds_for(self.arch)
+    }
+
+    /// Whether the device runs programmatic dependent launch (sm_90 and later; the kernels' `griddepcontrol` exists
+    /// only there, kernels/common/sm90.cuh).
+    pub fn has_pdl(&self) -> bool {
+        self.arch.cc >= 90
+    }
 }
 
 /// A kernel and how to launch it.
@@ -147,6 +181,12 @@ pub enum Rejection {
     Arch {
         cc: (i32, i32),
     },
+    /// The kernel's module is not compiled for the device's target (a Hopper-only plan elsewhere).
+    NotBuilt {
+        kernel: &'static str,
+        arch: Arch,
+        builds_for: String,
+    },
     HeadSize {
         got: usize,
     },
@@ -191,8 +231,17 @@ impl fmt::Display for Rejection {
         match self {
             Rejection::Arch { cc } => write!(
                 f,
-                "compute capability {}.{}: gdn's CUDA kernels are built for Hopper (9.0, {SUPPORTED_ARCH}) only",
+                "compute capability {}.{}: gdn's CUDA kernels need compute capability 8.0 (Ampere) or later",
                 cc.0, cc.1
+            ),
+            Rejection::NotBuilt {
+                kernel,
+                arch,
+                builds_for,
+            } => write!(
+                f,
+                "{kernel} is not compiled for {arch} (its module builds for {builds_for}); this GPU runs the \
+                 portable plans"
             ),
             Rejection::HeadSize { got } => {
                 write!(f, "head_size {got}: the CUDA kernels support {HEAD_DIM} only")

@@ -1,5 +1,5 @@
-//! The device: driver initialisation, device 0's primary context, the architecture check, device facts,
-//! and the backend's own stream. Everything else borrows a `Gpu`.
+//! The device: driver initialisation, device 0's primary context, device facts (the compile target is chosen from
+//! them by `kernels::target`), and the backend's own stream. Everything else borrows a `Gpu`.
 //!
 //! The primary context is retained once and made current on whichever thread calls in (`bind`), so a
 //! `Gpu` can be used from any thread (the backend serialises calls). gdn never uses the legacy default
@@ -7,10 +7,6 @@
 
 use crate::runtime::loader;
 use cudarc::driver::{result, sys};
-
-/// Compute capability gdn's kernels are built for (Hopper), and the NVRTC target for it.
-pub const SUPPORTED_CC: (i32, i32) = (9, 0);
-pub const SUPPORTED_ARCH: &str = "sm_90a";
 
 /// Facts about the device, read once.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,19 +52,6 @@ pub fn drv(what: &str, e: result::DriverError) -> String {
     format!("{what}: {name} ({text})")
 }
 
-/// The NVRTC architecture for a compute capability, or the refusal naming the device.
-pub fn arch_for(name: &str, cc: (i32, i32)) -> Result<&'static str, String> {
-    if cc == SUPPORTED_CC {
-        Ok(SUPPORTED_ARCH)
-    } else {
-        Err(format!(
-            "device '{name}' has compute capability {}.{} (sm_{}{}); gdn's CUDA kernels are built for \
-             Hopper only (compute capability 9.0, {SUPPORTED_ARCH})",
-            cc.0, cc.1, cc.0, cc.1
-        ))
-    }
-}
-
 /// A CUDA stream handle (borrowed; the owner destroys it).
 #[derive(Clone, Copy, Debug)]
 pub struct Stream(pub sys::CUstream);
@@ -80,7 +63,6 @@ unsafe impl Sync for Stream {}
 /// Device 0 with its primary context and the backend's stream.
 pub struct Gpu {
     pub info: DeviceInfo,
-    pub arch: &'static str,
     dev: sys::CUdevice,
     ctx: sys::CUcontext,
     stream: sys::CUstream,
@@ -92,7 +74,7 @@ unsafe impl Send for Gpu {}
 unsafe impl Sync for Gpu {}
 
 impl Gpu {
-    /// Opens device `ordinal`: driver present, a device there, Hopper, primary context, one stream.
+    /// Opens device `ordinal`: driver present, a device there, primary context, one stream.
     pub fn open(ordinal: i32) -> Result<Gpu, String> {
         loader::driver()?;
         result::init().map_err(|e| drv("cuInit (is a GPU visible to this process?)", e))?;
@@ -114,7 +96,6 @@ impl Gpu {
             attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         );
-        let arch = arch_for(&name, cc)?;
         let mut driver_version = 0;
         // SAFETY: out-pointer to a live integer.
         unsafe { sys::cuDriverGetVersion(&mut driver_version) }
@@ -141,7 +122,6 @@ impl Gpu {
             .map_err(|e| drv("cuStreamCreate", e))?;
         Ok(Gpu {
             info,
-            arch,
             dev,
             ctx,
             stream,
@@ -175,21 +155,5 @@ impl Drop for Gpu {
             let _ = result::stream::destroy(self.stream);
             let _ = result::primary_ctx::release(self.dev);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::arch_for;
-
-    #[test]
-    fn only_hopper_is_accepted_and_the_refusal_names_the_device() {
-        assert_eq!(arch_for("NVIDIA H200", (9, 0)), Ok("sm_90a"));
-        let e = arch_for("NVIDIA A100-SXM4-80GB", (8, 0)).unwrap_err();
-        assert!(
-            e.contains("NVIDIA A100-SXM4-80GB") && e.contains("8.0") && e.contains("sm_80"),
-            "{e}"
-        );
-        assert!(arch_for("NVIDIA B200", (10, 0)).is_err());
     }
 }

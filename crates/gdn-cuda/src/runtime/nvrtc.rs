@@ -43,6 +43,8 @@ struct Api {
     destroy: unsafe extern "C" fn(*mut Program) -> Res,
     cubin_size: unsafe extern "C" fn(Program, *mut usize) -> Res,
     cubin: unsafe extern "C" fn(Program, *mut c_char) -> Res,
+    ptx_size: unsafe extern "C" fn(Program, *mut usize) -> Res,
+    ptx: unsafe extern "C" fn(Program, *mut c_char) -> Res,
     log_size: unsafe extern "C" fn(Program, *mut usize) -> Res,
     log: unsafe extern "C" fn(Program, *mut c_char) -> Res,
 }
@@ -69,6 +71,8 @@ fn api() -> Result<&'static Api, String> {
                 destroy: sym!(b"nvrtcDestroyProgram\0"),
                 cubin_size: sym!(b"nvrtcGetCUBINSize\0"),
                 cubin: sym!(b"nvrtcGetCUBIN\0"),
+                ptx_size: sym!(b"nvrtcGetPTXSize\0"),
+                ptx: sym!(b"nvrtcGetPTX\0"),
                 log_size: sym!(b"nvrtcGetProgramLogSize\0"),
                 log: sym!(b"nvrtcGetProgramLog\0"),
             })
@@ -121,7 +125,7 @@ pub struct Request<'a> {
     pub source: &'a str,
     /// In-memory headers the source may `#include "..."` (name, text).
     pub headers: &'a [(&'a str, &'a str)],
-    /// e.g. `sm_90a`.
+    /// e.g. `sm_90a` (a CUBIN), or `compute_80` (PTX, NUL-terminated, which the driver compiles when it loads it).
     pub arch: &'a str,
     /// Extra options (`-DGDN_DEVICE_PLAN=1`).
     pub defines: &'a [&'a str],
@@ -130,6 +134,7 @@ pub struct Request<'a> {
 /// A compiled CUBIN and the compiler's log (with the ptxas resource report).
 #[derive(Clone, Debug)]
 pub struct Compiled {
+    /// The CUBIN, or for a `compute_` request the PTX text with its NUL.
     pub cubin: Vec<u8>,
     pub log: String,
     /// Not compiled by this process: from the disk cache or a shipped store.
@@ -288,6 +293,12 @@ fn run_nvrtc(req: &Request, opts: &[String]) -> Result<(String, Vec<u8>), String
         let result = if rc != NVRTC_SUCCESS {
             let head = check(a, rc, "nvrtcCompileProgram").unwrap_err();
             Err(format!("{} failed to compile: {head}\n{log}", req.name))
+        } else if req.arch.starts_with("compute_") {
+            let mut size = 0usize;
+            check(a, (a.ptx_size)(prog, &mut size), "nvrtcGetPTXSize")?;
+            let mut ptx = vec![0u8; size]; // (the size counts the terminating NUL)
+            check(a, (a.ptx)(prog, ptx.as_mut_ptr().cast()), "nvrtcGetPTX")?;
+            Ok((log, ptx))
         } else {
             let mut size = 0usize;
             check(a, (a.cubin_size)(prog, &mut size), "nvrtcGetCUBINSize")?;

@@ -285,7 +285,11 @@ static MEMO: OnceLock<Mutex<HashMap<MemoKey, Option<Thresholds>>>> = OnceLock::n
 /// `token_bucket`; the launches are sized for the call's own T).
 pub fn automatic(s: &Shape, caps: &DeviceCaps, host_plan: HostPlanner) -> Option<PrefillPlan> {
     let n = s.num_seqs as u64;
-    if s.max_seq_len != 0 || !(2..=DEVICE_PLAN_MAX_N).contains(&n) || s.total_tokens == 0 {
+    if s.max_seq_len != 0
+        || !(2..=DEVICE_PLAN_MAX_N).contains(&n)
+        || s.total_tokens == 0
+        || !caps.builds(&registry::PREFILL64_DP)
+    {
         return None;
     }
     let key = (
@@ -410,6 +414,13 @@ pub fn forced(
     host_plan: HostPlanner,
 ) -> Result<PrefillPlan, Rejection> {
     let n = s.num_seqs as u64;
+    if !caps.builds(&registry::PREFILL64_DP) {
+        return Err(Rejection::NotBuilt {
+            kernel: "the device plan's gdn_prefill64_* launches",
+            arch: caps.arch,
+            builds_for: registry::PREFILL64_DP.arches.to_string(),
+        });
+    }
     if n > DEVICE_PLAN_MAX_N {
         return Err(Rejection::Override {
             name: route.override_name().into(),
@@ -570,8 +581,8 @@ fn fused_for(
             .map(|(sx, w)| w * host::fused_tile_us(sx, v, sms))
             .sum::<f64>()
     };
-    let best = registry::candidates(Family::Prefill, s.state)
-        .filter(|v| v.hot)
+    let best = host::fused_tiles(s.state, caps)
+        .into_iter()
         .min_by(|a, b| expected(a).total_cmp(&expected(b)));
     let Some(v) = best else { return Ok(None) };
     let why = format!(

@@ -29,11 +29,17 @@ pub const LONGEST_FIRST_MAX_N: u64 = 128;
 pub fn plan(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Rejection> {
     let sms = (caps.sm_count as u64).max(1);
     let odd = !s.num_v_heads.is_multiple_of(2);
-    let chunk64_us = cost::cp_us(s, 1, &cost::WALK_FORMS[0], sms).us;
+    // chunk64 and cp walk on wgmma: offered where their module is compiled (Hopper)
+    let wgmma = caps.builds(&registry::PREFILL64);
+    let chunk64_us = if wgmma {
+        cost::cp_us(s, 1, &cost::WALK_FORMS[0], sms).us
+    } else {
+        f64::INFINITY
+    };
     let fused_us = if odd {
         f64::INFINITY
     } else {
-        fused_tile(s, sms).map_or(f64::INFINITY, |x| x.1)
+        fused_tile(s, caps).map_or(f64::INFINITY, |x| x.1)
     };
     let chunk64_first = chunk64_us < fused_us;
     let (base_us, base) = if chunk64_first {
@@ -44,7 +50,7 @@ pub fn plan(s: &Shape, caps: &DeviceCaps) -> Result<PrefillPlan, Rejection> {
     // the cheaper walk form first; one that cannot run here (shared memory, workspace, grid) yields to the other
     for e in cost::cp_candidates(s, sms)
         .into_iter()
-        .filter(|e| e.us < base_us)
+        .filter(|e| wgmma && e.us < base_us)
     {
         let l = Lengths::of(s);
         let why = format!(
@@ -93,10 +99,7 @@ pub fn fused_launch(
         ),
         None => {
             let sms = (caps.sm_count as u64).max(1);
-            let (v, _, why) = fused_tile(s, sms).ok_or(Rejection::NoVariant {
-                family: Family::Prefill,
-                state: s.state,
-            })?;
+            let (v, _, why) = fused_tile(s, caps).ok_or_else(|| no_fused_tile(s, caps))?;
             fused_order(v, s, sms, why)
         }
     };
@@ -108,11 +111,9 @@ pub fn fused_launch(
 /// smallest estimate when that is the same for equal lengths and for one sequence holding all but N−1 tokens (the
 /// two extremes the host cannot tell apart; tiny calls); else the widest tile whose grid reaches
 /// `cost::PREFILL_FILL_NUM / PREFILL_FILL_DEN` of the SMs (else the narrowest): a hedge against unseen skew.
-fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
-    let mut tiles: Vec<&'static Variant> = registry::candidates(Family::Prefill, s.state)
-        .filter(|v| v.hot)
-        .collect();
-    tiles.sort_by_key(|v| v.ctas_per_head); // widest tile first
+fn fused_tile(s: &Shape, caps: &DeviceCaps) -> Option<(&'static Variant, f64, String)> {
+    let sms = (caps.sm_count as u64).max(1);
+    let tiles = fused_tiles(s.state, caps);
     let est = |s: &Shape, v: &Variant| fused_tile_us(s, v, sms);
     let best = |s: &Shape| {
         tiles
@@ -166,6 +167,40 @@ fn fused_tile(s: &Shape, sms: u64) -> Option<(&'static Variant, f64, String)> {
             )
         }),
     }
+}
+
+/// Why no fused tile runs on `caps`: the smallest tile built for its target does not fit its shared memory.
+fn no_fused_tile(s: &Shape, caps: &DeviceCaps) -> Rejection {
+    registry::candidates(Family::Prefill, s.state)
+        .filter(|v| caps.builds(v.module))
+        .min_by_key(|v| v.dyn_smem)
+        .map_or(
+            Rejection::NoVariant {
+                family: Family::Prefill,
+                state: s.state,
+            },
+            |v| Rejection::SharedMemory {
+                kernel: v.name,
+                need: v.dyn_smem,
+                max: caps.max_dyn_smem,
+            },
+        )
+}
+
+/// The fused tiles a device can launch for `state`, widest first, one per width: the default tile, or where the
+/// device's blocks cannot take its shared memory, the compact tile of that width (`_np2`, 99 KB GPUs); a width with
+/// neither is left out (bv128 and bv16 on sm_86 / sm_89 / sm_120, bv16 and bv128 on sm_80).
+pub fn fused_tiles(state: StateDtype, caps: &DeviceCaps) -> Vec<&'static Variant> {
+    let mut tiles: Vec<&'static Variant> = Vec::new();
+    for v in registry::candidates(Family::Prefill, state)
+        .filter(|v| v.hot && caps.builds(v.module) && v.dyn_smem <= caps.max_dyn_smem)
+    {
+        if !tiles.iter().any(|t| t.ctas_per_head == v.ctas_per_head) {
+            tiles.push(v); // (the table lists each default tile before its compact one)
+        }
+    }
+    tiles.sort_by_key(|v| v.ctas_per_head);
+    tiles
 }
 
 /// Whether a fused launch of `ctas` CTAs for `s` should run the sequences longest first: 2..=128 sequences; a grid

@@ -115,15 +115,19 @@ pub enum ForcedPlan {
     /// The split bv128 tile of the call's state dtype, whatever the shape: every check case runs its spare groups,
     /// and the cases with a sequence over `cost::split_threshold` its half CTAs.
     FusedSplit,
+    /// The compact tile (`_np2`, what 99 KB GPUs run) nearest the automatic tile's width: bv32 for bv16 and bv32,
+    /// bv64 for bv64 and bv128; on any GPU, so that every check case runs them.
+    FusedCompact,
     Device(DeviceRoute),
 }
 
 impl ForcedPlan {
     /// Every host plan, the device plan with the model's thresholds, and each of its forced routes.
-    pub const CHECKED: [ForcedPlan; 11] = [
+    pub const CHECKED: [ForcedPlan; 12] = [
         ForcedPlan::Kind(PlanKind::Fused),
         ForcedPlan::FusedLongestFirst,
         ForcedPlan::FusedSplit,
+        ForcedPlan::FusedCompact,
         ForcedPlan::Kind(PlanKind::Chunk64),
         ForcedPlan::Kind(PlanKind::ContextParallel),
         ForcedPlan::Kind(PlanKind::ContextParallelWide),
@@ -139,7 +143,24 @@ impl ForcedPlan {
             ForcedPlan::Kind(k) => k.name(),
             ForcedPlan::FusedLongestFirst => "fused-lf",
             ForcedPlan::FusedSplit => "fused-split",
+            ForcedPlan::FusedCompact => "fused-np2",
             ForcedPlan::Device(r) => r.override_name(),
+        }
+    }
+
+    /// Whether a device with `caps` has this plan's kernels: the fused plans where their tiles fit its shared memory
+    /// (every target has the fused module), the rest (wgmma) on Hopper.
+    pub fn available(self, caps: &DeviceCaps) -> bool {
+        let fits = |build: fn(&registry::Variant) -> bool| {
+            registry::VARIANTS
+                .iter()
+                .any(|v| build(v) && v.dyn_smem <= caps.max_dyn_smem)
+        };
+        match self {
+            ForcedPlan::Kind(PlanKind::Fused) | ForcedPlan::FusedCompact => true,
+            ForcedPlan::FusedLongestFirst => fits(|v| v.longest_first),
+            ForcedPlan::FusedSplit => fits(registry::is_split),
+            ForcedPlan::Kind(_) | ForcedPlan::Device(_) => caps.builds(&registry::PREFILL64),
         }
     }
 
@@ -169,6 +190,20 @@ impl ForcedPlan {
                     family: Family::Prefill,
                     state: s.state,
                 }),
+            ForcedPlan::FusedCompact => {
+                let tile = host::fused_launch(s, caps, None)?.variant;
+                let width = (tile.ctas_per_head).clamp(2, 4); // bv128 -> bv64, bv16 -> bv32
+                registry::VARIANTS
+                    .iter()
+                    .find(|v| {
+                        registry::is_compact(v) && v.state == s.state && v.ctas_per_head == width
+                    })
+                    .map(|v| v.name)
+                    .ok_or(Rejection::NoVariant {
+                        family: Family::Prefill,
+                        state: s.state,
+                    })
+            }
             ForcedPlan::Device(r) => Ok(r.override_name()),
         }
     }
