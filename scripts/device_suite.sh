@@ -78,7 +78,7 @@ if [ ! -x "$GDN" ]; then
 fi
 has kernels && step kernels "${T_KERNELS:-120}" "$GDN" kernels --arch sm_90a --policy
 if has smoke; then
-    if [ -x "$SMOKE" ]; then step smoke "${T_SMOKE:-120}" "$SMOKE"; else
+    if [ -x "$SMOKE" ]; then step smoke "${T_SMOKE:-240}" "$SMOKE"; else
         echo "smoke      skipped: $SMOKE not carried" >>"$SUMMARY"; fi
 fi
 # shellcheck disable=SC2086

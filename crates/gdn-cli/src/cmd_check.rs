@@ -341,15 +341,16 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
         .sum::<usize>()
         + if offsets { plans.len() } else { 0 }
         + big_pools.len();
+    let plan_names: Vec<&str> = plans.iter().flatten().map(|p| p.name()).collect();
     eprintln!(
         "gdn check: {} runs on {} ({}){}",
         runs,
         engine.name(),
         engine.device(),
         if plans.len() > 1 {
-            "; prefill cases once per plan (fused, chunk64, cp, cp2, the device plan and its routes)"
+            format!("; prefill cases once per plan ({})", plan_names.join(", "))
         } else {
-            ""
+            String::new()
         }
     );
     let pb = progress(runs as u64, "check");
