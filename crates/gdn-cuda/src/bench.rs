@@ -460,6 +460,10 @@ impl Timed for CudaBackend {
     }
 
     fn device(&self) -> String {
-        format!("{}, kernels for {}", self.gpu.info.describe(), self.kernels.target())
+        format!(
+            "{}, kernels for {}",
+            self.gpu.info.describe(),
+            self.kernels.target()
+        )
     }
 }
