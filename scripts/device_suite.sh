@@ -22,7 +22,9 @@
 # Knobs (environment): GDN (binary), SMOKE, STEPS (e.g. "kernels check"), CHECK_ARGS, BENCH_ARGS, RACE_OPS,
 # T_<STEP> (seconds per step; defaults below), GDN_CACHE_DIR (NVRTC cache; shared by all steps), GDN_ARCH (the
 # compile target, kernels/target.rs: `compute_80` runs every step on the portable kernels as an A100 runs them,
-# compiled from PTX by the driver; `sm_90` on the portable kernels compiled for Hopper without its sm_90a features).
+# compiled from PTX by the driver; `sm_90` on the portable kernels compiled for Hopper without its sm_90a features),
+# GDN_MAX_DYN_SMEM (plan with at most this much shared memory per block: 166912 an A100's fused tiles, 101376 those
+# of sm_86 / sm_89 / sm_120).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

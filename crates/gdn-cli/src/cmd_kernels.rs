@@ -224,7 +224,10 @@ fn print_report(
 /// The policy's choice for the contest's shapes (qk4_v8) on a 132-SM Hopper.
 fn print_policy() {
     let caps = DeviceCaps::HOPPER_132;
-    println!("# policy on {} SMs (qk4_v8, head size 128)", caps.sm_count);
+    println!(
+        "# policy on a {}-SM Hopper, {} (qk4_v8, head size 128)",
+        caps.sm_count, caps.arch
+    );
     let shape = Shape::qk4_v8;
     let mut rows: Vec<(String, Shape)> = Vec::new();
     for st in [StateDtype::F32, StateDtype::BF16] {

@@ -1,6 +1,7 @@
-// recurrent.cu — Gated Delta Net decode (T = 1) and MTP / speculative verify (T = 2..8) for Hopper (sm_90a).
+// recurrent.cu — Gated Delta Net decode (T = 1) and MTP / speculative verify (T = 2..8), for every GPU from Ampere
+// (sm_80) on; the tiles are tuned on Hopper.
 //
-// Compiled at run time by NVRTC (`-arch=sm_90a -std=c++17`; headers by their path under kernels/); includes only
+// Compiled at run time by NVRTC (`-arch=<the device's target> -std=c++17`; headers by their path under kernels/); includes only
 // common/serving.cuh (which includes common/gates.cuh and <cuda_bf16.h>). The k-last kernels use no shared memory
 // and no __syncthreads (every warp is independent); the K-first `_kf` kernels reduce across the warps of a CTA
 // through 2-4 KB of static shared memory, one barrier per token.

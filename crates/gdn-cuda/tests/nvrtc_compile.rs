@@ -153,14 +153,20 @@ fn a_compute_target_compiles_to_ptx_for_the_driver() {
     let headers = sources.headers();
     let m = &registry::RECURRENT;
     let text = registry::module_source(m, sources.get(m.source).unwrap());
-    let c = gdn_cuda::runtime::nvrtc::compile(&gdn_cuda::runtime::nvrtc::Request {
+    let req = gdn_cuda::runtime::nvrtc::Request {
         name: m.source,
         source: &text,
         headers: &headers,
         arch: "compute_80",
         defines: m.defines,
-    })
-    .expect("compute_80 compiles");
+    };
+    let c = gdn_cuda::runtime::nvrtc::compile(&req).expect("compute_80 compiles");
+    // the disk cache serves the PTX back
+    let again = gdn_cuda::runtime::nvrtc::compile(&req).expect("compute_80 again");
+    assert!(
+        again.from_cache && again.cubin == c.cubin,
+        "PTX not served from the cache"
+    );
     assert_eq!(c.cubin.last(), Some(&0u8), "PTX ends with its NUL");
     let ptx = String::from_utf8_lossy(&c.cubin);
     assert!(

@@ -13,6 +13,14 @@ use gdn_cuda::plan::{select, DeviceCaps, PlanKind, Rejection, Shape};
 
 const A100: DeviceCaps = DeviceCaps::AMPERE_108;
 const L40S: DeviceCaps = DeviceCaps::ADA_142;
+/// A B200-like device compiled for plain sm_100: the portable kernels with 232 KB per block (every fused tile).
+const B200: DeviceCaps = DeviceCaps {
+    cc: (10, 0),
+    arch: gdn_cuda::kernels::registry::Arch::portable(100),
+    sm_count: 148,
+    max_dyn_smem: 232_448,
+    mem_bytes: 180 << 30,
+};
 /// Hopper's chip compiled for plain sm_90 (`GDN_ARCH=sm_90`): the portable kernels with Hopper's resources.
 const H100_SM90: DeviceCaps = DeviceCaps {
     arch: gdn_cuda::kernels::registry::Arch::portable(90),
@@ -52,7 +60,7 @@ fn prefill_shapes() -> Vec<Shape> {
 
 #[test]
 fn portable_targets_plan_every_prefill_shape_on_fused_tiles_that_fit() {
-    for caps in [A100, L40S, H100_SM90] {
+    for caps in [A100, L40S, H100_SM90, B200] {
         for s in prefill_shapes() {
             let plan =
                 prefill::choose(&s, &caps, None).unwrap_or_else(|e| panic!("{caps:?} {s:?}: {e}"));
@@ -173,13 +181,27 @@ fn check_runs_the_plans_each_target_has() {
     assert_eq!(names(&A100), ["fused", "fused-lf", "fused-np2"]);
     assert_eq!(names(&L40S), ["fused", "fused-np2"]);
     assert_eq!(names(&H100).len(), ForcedPlan::CHECKED.len());
-    // every forced fused plan resolves to a kernel the target has, for every shape (the fused plans: Hopper's
-    // device plan refuses calls of more than 256 sequences by design)
-    for caps in [A100, L40S, H100] {
+    assert_eq!(
+        names(&B200),
+        ["fused", "fused-lf", "fused-split", "fused-np2"]
+    );
+    // every forced fused plan a target has resolves to a kernel that runs there, for every shape (the fused plans:
+    // Hopper's device plan refuses calls of more than 256 sequences by design)
+    let fused = |p: &&ForcedPlan| {
+        matches!(
+            p,
+            ForcedPlan::Kind(PlanKind::Fused)
+                | ForcedPlan::FusedLongestFirst
+                | ForcedPlan::FusedSplit
+                | ForcedPlan::FusedCompact
+        )
+    };
+    for caps in [A100, L40S, B200, H100_SM90, H100] {
         for s in prefill_shapes() {
             for p in ForcedPlan::CHECKED
                 .iter()
-                .filter(|p| p.available(&caps) && p.available(&L40S))
+                .filter(fused)
+                .filter(|p| p.available(&caps))
             {
                 let name = p.override_for(&s, &caps).unwrap();
                 let plan = prefill::choose(&s, &caps, Some(name));

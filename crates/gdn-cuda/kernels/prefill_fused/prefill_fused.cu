@@ -1,7 +1,8 @@
-// prefill_fused.cu — Gated Delta Net chunked varlen prefill for Hopper (sm_90a) in one fused launch, on tensor cores
-// via mma.sync. The module's entry: it includes the role headers of this folder in order and exports the kernels.
+// prefill_fused.cu — Gated Delta Net chunked varlen prefill in one fused launch, on tensor cores via mma.sync, for
+// every GPU from Ampere (sm_80) on (tuned on Hopper; kernels/common/sm90.cuh compiles its Hopper-only waits and PDL
+// away below sm_90). The module's entry: it includes the role headers of this folder in order and exports the kernels.
 //
-// Compiled at run time by NVRTC (-arch=sm_90a -std=c++17; every .cuh is an in-memory header named by its path under
+// Compiled at run time by NVRTC (-arch=<the device's target> -std=c++17; every .cuh is an in-memory header named by its path under
 // kernels/, so the tools compile it with -I crates/gdn-cuda/kernels). The default build defines nothing: the
 // definition mode, 112-byte params and no serving code (common/serving.cuh sv_of folds every serving branch away);
 // GDN_SERVING builds the serving kernels (module prefill_sv: params with the serving block); GDN_DEVICE_PLAN builds

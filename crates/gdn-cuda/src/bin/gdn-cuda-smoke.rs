@@ -75,7 +75,7 @@ fn test_kernel(b: &CudaBackend) -> Result<(), String> {
     let s = gpu.stream();
     let dx = DeviceBuf::upload(&x, s)?;
     let dy = DeviceBuf::alloc(n * 2)?;
-    // SAFETY: a CUBIN for this device; the module lives until the end of this function.
+    // SAFETY: a CUBIN for this device (or NUL-terminated PTX); the module lives until the end of this function.
     unsafe {
         let module = result::module::load_data(c.cubin.as_ptr() as *const c_void)
             .map_err(|e| format!("load: {e:?}"))?;
@@ -119,7 +119,7 @@ fn empty_floor(b: &CudaBackend, cfg: &TimingConfig) -> Result<String, String> {
         arch: &b.kernels().target().nvrtc_arch(),
         defines: &[],
     })?;
-    // SAFETY: a CUBIN for this device; the module is kept for the process.
+    // SAFETY: a CUBIN for this device (or NUL-terminated PTX); the module is kept for the process.
     let f = unsafe {
         let module = result::module::load_data(c.cubin.as_ptr() as *const c_void)
             .map_err(|e| format!("load: {e:?}"))?;

@@ -63,15 +63,32 @@ pub struct KernelSet {
 unsafe impl Send for KernelSet {}
 unsafe impl Sync for KernelSet {}
 
-/// What the planner needs to know about a device whose kernels are compiled for `target`.
-pub fn device_caps(info: &DeviceInfo, target: Target) -> DeviceCaps {
-    DeviceCaps {
+/// `GDN_MAX_DYN_SMEM=<bytes>` plans as if a block could take at most that much dynamic shared memory (never more
+/// than the device allows): with `GDN_ARCH=compute_80`, 166912 gives an H100/H200 an A100's fused tiles and 101376
+/// those of an L40S or RTX GPU (the compact `_np2` tiles).
+pub const MAX_DYN_SMEM_ENV: &str = "GDN_MAX_DYN_SMEM";
+
+/// What the planner needs to know about a device whose kernels are compiled for `target` (`GDN_MAX_DYN_SMEM` read
+/// here).
+pub fn device_caps(info: &DeviceInfo, target: Target) -> std::result::Result<DeviceCaps, String> {
+    let cap = match std::env::var(MAX_DYN_SMEM_ENV)
+        .ok()
+        .filter(|s| !s.is_empty())
+    {
+        None => info.max_dyn_smem,
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{MAX_DYN_SMEM_ENV}={v}: expected a byte count"))?
+            .min(info.max_dyn_smem),
+    };
+    Ok(DeviceCaps {
         cc: info.cc,
         arch: target.arch,
         sm_count: info.sm_count,
-        max_dyn_smem: info.max_dyn_smem,
+        max_dyn_smem: cap,
         mem_bytes: info.total_mem,
-    }
+    })
 }
 
 impl KernelSet {
@@ -90,8 +107,13 @@ impl KernelSet {
                 .filter(|s| !s.is_empty()),
             // (no PDL below sm_90: the kernels compiled for such a target have no griddepcontrol to wait with)
             pdl: caps.has_pdl() && std::env::var(PDL_ENV).map_or(true, |v| v != "0"),
-            modules: registry::modules()
+            // the modules the target builds; the device plan's builds only where the device plan runs (wgmma)
+            modules: registry::modules_for(target.arch)
                 .into_iter()
+                .filter(|m| {
+                    caps.builds(&registry::PREFILL64_DP)
+                        || !m.defines.contains(&"GDN_DEVICE_PLAN=1")
+                })
                 .map(|m| (m, OnceLock::new()))
                 .collect(),
         })
@@ -108,7 +130,8 @@ impl KernelSet {
             static NOTICE: std::sync::Once = std::sync::Once::new();
             NOTICE.call_once(|| eprintln!("{n}"));
         }
-        KernelSet::new(device_caps(&gpu.info, choice.target), choice.target)
+        let caps = device_caps(&gpu.info, choice.target).map_err(backend_err)?;
+        KernelSet::new(caps, choice.target)
     }
 
     /// The target the kernels are compiled for.
@@ -152,12 +175,12 @@ impl KernelSet {
     }
 
     fn module(&self, m: &'static Module) -> Result<&LoadedModule> {
-        let slot = &self
-            .modules
-            .iter()
-            .find(|(x, _)| x.id == m.id)
-            .expect("every registry module has a slot")
-            .1;
+        let Some((_, slot)) = self.modules.iter().find(|(x, _)| x.id == m.id) else {
+            return Err(backend_err(format!(
+                "{} ({}) is not compiled for {} (its module builds for {})",
+                m.source, m.id, self.target, m.arches
+            )));
+        };
         slot.get_or_init(|| self.load_module(m))
             .as_ref()
             .map_err(|e| backend_err(e.clone()))
@@ -280,5 +303,25 @@ impl KernelSet {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod portable_modules {
+    use super::*;
+
+    #[test]
+    fn a_portable_target_holds_only_the_modules_it_builds() {
+        let t = Target::parse("compute_80").unwrap();
+        let ks = KernelSet::new(DeviceCaps::AMPERE_108, t).unwrap();
+        assert!(!ks.modules.is_empty());
+        assert!(ks.modules.iter().all(|(m, _)| m.builds_for(t.arch)));
+        // no device-plan build: the device plan needs the wgmma modules
+        let ids: Vec<&str> = ks.modules.iter().map(|(m, _)| m.id).collect();
+        assert_eq!(ids, ["recurrent", "prefill", "recurrent_f16", "prefill_sv"]);
+        let e = ks
+            .kernel(registry::find("gdn_prefill64_walk_f32").unwrap())
+            .expect_err("not built for compute_80");
+        assert!(e.to_string().contains("compute_80"), "{e}");
     }
 }

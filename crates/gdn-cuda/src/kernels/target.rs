@@ -152,6 +152,12 @@ fn forced(name: &str, cc: (i32, i32), dev: u32, f: &str) -> Result<TargetChoice,
                 a.cc % 10
             ));
         }
+    } else if a.features == ArchFeatures::Family && a.cc / 10 != dev / 10 {
+        return refuse(format!(
+            "compute_{}f runs only on compute capability {}.x",
+            a.cc,
+            a.cc / 10
+        ));
     } else if a.features == ArchFeatures::Specific && a.cc != dev {
         return refuse(format!(
             "compute_{}a runs only on compute capability {}.{} itself",
@@ -219,6 +225,7 @@ mod tests {
             ((8, 0), "sm_86", "later architecture"),
             ((10, 0), "sm_90a", "major version"),
             ((10, 0), "compute_90a", "9.0 itself"),
+            ((12, 0), "compute_100f", "10.x"),
             ((9, 0), "sm_75", "sm_80 or later"),
             ((9, 0), "hopper", "not a CUDA target"),
         ] {

@@ -33,7 +33,8 @@ impl Function {
             arch,
             defines: &[],
         })?;
-        // SAFETY: a CUBIN for this device, loaded into the current context (kept for the process).
+        // SAFETY: a CUBIN for this device (or NUL-terminated PTX the driver compiles), loaded into the current context
+        // (kept for the process).
         unsafe {
             let m = result::module::load_data(c.cubin.as_ptr() as *const c_void)
                 .map_err(|e| drv(&format!("cuModuleLoadData({what})"), e))?;

@@ -1,4 +1,5 @@
-//! NVRTC: compile a kernel source to a CUBIN for one architecture, with a disk cache.
+//! NVRTC: compile a kernel source to a CUBIN for one architecture (or to PTX for a `compute_` target, which the driver
+//! compiles when it loads it), with a disk cache.
 //!
 //! NVRTC is called through the library handle that `loader.rs` opened (a small function table), never by
 //! soname. Every compile asks ptxas for its resource report (`--ptxas-options=-v`); the log is cached with
@@ -8,7 +9,7 @@
 //! (subfolder `nvrtc/`), named by the SHA-256 of (format version, NVRTC version, options — the architecture is
 //! one of them —, source name and text, every header's name and text). An entry holds a magic, the lengths,
 //! a SHA-256 of its payload, the log and the CUBIN; anything that does not check out (truncated, flipped
-//! bits, not an ELF) is ignored and recompiled, then rewritten (write to a temporary file, then rename).
+//! bits, neither an ELF nor NUL-terminated PTX) is ignored and recompiled, then rewritten (write to a temporary file, then rename).
 //! A cache folder that cannot be written only costs the next run a compile.
 //!
 //! Before either, `compile` asks the shipped CUBINs (`shipped.rs`: compiled when the package was built, keyed
