@@ -35,15 +35,10 @@ pub struct Target {
 impl Target {
     /// NVRTC's `--gpu-architecture` value: `sm_90a`, `sm_86`, or `compute_80` for PTX.
     pub fn nvrtc_arch(&self) -> String {
-        if self.ptx {
-            let suffix = match self.arch.features {
-                ArchFeatures::Portable => "",
-                ArchFeatures::Family => "f",
-                ArchFeatures::Specific => "a",
-            };
-            format!("compute_{}{suffix}", self.arch.cc)
-        } else {
-            self.arch.to_string()
+        let sm = self.arch.to_string();
+        match self.ptx {
+            true => sm.replacen("sm_", "compute_", 1),
+            false => sm,
         }
     }
 
