@@ -13,11 +13,13 @@
 #   5b. blind    gdn bench --backend cuda --op prefill --no-length-hint   (the plans a caller that knows only
 #                T and N gets: no longest-sequence hint)
 #   5c. serving  gdn bench --backend cuda --serving       (serving modes beside the definition mode)
+#   5d. gates    long prefill under the three gate regimes, with and without the cp plans' cuts (not in the
+#                default STEPS: STEPS="gates"; bench JSONs in $OUT/gates.tar.gz)
 #   6. memcheck  compute-sanitizer --tool memcheck  on gdn check --quick --backend cuda
 #   7. racecheck compute-sanitizer --tool racecheck on gdn check --quick --backend cuda (RACE_OPS, default all:
 #                the prefill kernels and the K-first decode / MTP kernels use shared memory)
 # Files under $OUT (at most 8, flat): summary.txt, check.json, bench.json, bench_blind.json,
-# bench_serving.json, logs.tar.gz.
+# bench_serving.json, gates.tar.gz, logs.tar.gz.
 # Prints a short summary last. Exit code: 0 when every step passed.
 # Knobs (environment): GDN (binary), SMOKE, STEPS (e.g. "kernels check"), CHECK_ARGS, BENCH_ARGS, RACE_OPS,
 # T_<STEP> (seconds per step; defaults below), GDN_CACHE_DIR (NVRTC cache; shared by all steps), GDN_ARCH (the
@@ -93,6 +95,21 @@ has blind && step blind "${T_BLIND:-200}" "$GDN" bench --backend cuda --op prefi
 # shellcheck disable=SC2086
 has serving && step serving "${T_SERVING:-300}" "$GDN" bench --backend cuda --serving \
     --json "$OUT/bench_serving.json" $BENCH_ARGS
+# gates: long prefill under each gate regime (anchor, model, slow), with the cp plans' cuts (the automatic plan,
+# hinted and blind) and without (GDN_KERNEL=cp2-exact), one bench JSON each under $OUT/gates/ (GATE_CFGS: the
+# configurations, --seq-lens syntax), packed into $OUT/gates.tar.gz
+if has gates; then
+    mkdir -p "$OUT/gates"
+    step gates "${T_GATES:-420}" bash -c '
+        for g in anchor model slow; do for c in ${GATE_CFGS:-1x65536 64x1024 1x8192 4x2048}; do
+            "$0" bench --backend cuda --op prefill --seq-lens "$c" --gates "$g" --json "$1/gates/$g-$c-hinted.json" &&
+            "$0" bench --backend cuda --op prefill --seq-lens "$c" --gates "$g" --no-length-hint \
+                --json "$1/gates/$g-$c-blind.json" &&
+            GDN_KERNEL=cp2-exact "$0" bench --backend cuda --op prefill --seq-lens "$c" --gates "$g" \
+                --json "$1/gates/$g-$c-exact.json" || exit 1
+        done; done' "$GDN" "$OUT"
+    tar -czf "$OUT/gates.tar.gz" -C "$OUT" gates && rm -rf "$OUT/gates"
+fi
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 SAN_RC=99
 if has memcheck; then
@@ -115,6 +132,7 @@ for f in "$LOGS"/*.log; do
         smoke) grep -E "^(device|copy|decode B|smoke)" "$f" | sed 's/^/  smoke: /' ;;
         check) tail -n 3 "$f" | sed 's/^/  check: /' ;;
         bench | blind | serving) tail -n 25 "$f" | sed "s/^/  $n: /" ;;
+        gates) grep -E "^\|? *(prefill|1x|64x|4x)|median|gates=" "$f" | tail -n 40 | sed "s/^/  $n: /" ;;
         memcheck | racecheck) grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^FAIL|error:" "$f" | tail -n 4 | sed "s/^/  $n: /" ;;
     esac
 done >>"$SUMMARY"

@@ -14,7 +14,7 @@ use crate::table::{new_table, num, progress, quantile, sci, si};
 use crate::verify::{merge_verdicts, verify, verify_tensors, Verdict};
 use anyhow::{bail, Context, Result};
 use gdn_core::dataset::{Dataset, Workload};
-use gdn_core::workload::{generate, WorkloadSpec};
+use gdn_core::workload::{generate, GateRegime, WorkloadSpec};
 use gdn_core::{Backend, Heads, Outputs, Problem, RunOptions, TensorMap};
 use gdn_core::{TierSamples, Timed, TimingConfig};
 use serde::Serialize;
@@ -62,6 +62,11 @@ pub struct Args {
     /// prefill mix through a pool with precomputed gates and checkpoints, each beside the definition mode.
     #[arg(long, conflicts_with_all = ["dataset", "seq_lens"])]
     serving: bool,
+    /// How fast the generated heads decay: `anchor` (A_log = log U(1,16), flashinfer-bench's draw), `model`
+    /// (log U(0,16), as HF initialises Qwen3-Next: a few slow heads) or `slow` (every head keeps its state, decay
+    /// per token >= 0.999). Long prefill's cp cuts depend on it. A non-default regime is appended to each label.
+    #[arg(long, default_value = "anchor", conflicts_with = "dataset")]
+    gates: GateRegime,
 }
 
 /// Statistics of one tier of one workload, with its roofline numbers.
@@ -210,6 +215,15 @@ pub fn main(a: Args) -> Result<()> {
             classes::mtp_anchors(heads, &scope),
         ],
     };
+    let mut all = all;
+    if a.gates != GateRegime::Anchor {
+        for c in all.iter_mut() {
+            for spec in c.items.iter_mut().map(|(s, _)| s).chain([&mut c.check]) {
+                spec.gate_regime = a.gates;
+                spec.label = format!("{} gates={}", spec.label, a.gates.name());
+            }
+        }
+    }
     let todo: Vec<&Class> = all.iter().filter(|c| a.target.op.includes(c.op)).collect();
     let ds = match &a.data.dataset {
         Some(dir) => Some(dataset::open(dir, a.data.definition.as_deref(), |op| {

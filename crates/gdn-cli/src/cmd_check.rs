@@ -17,6 +17,7 @@
 //! run once with the backend's own plan and held to the contest rule.
 
 use crate::backend::{Choice, Engine};
+use crate::check_cuts;
 use crate::check_offsets;
 use crate::check_pool;
 use crate::check_serving;
@@ -335,12 +336,23 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
     } else {
         vec![]
     };
+    // the cp-cut cases: CUDA with the cp plans, full sweep only
+    let cut_specs: Vec<WorkloadSpec> = if !a.quick
+        && !engine.is_cpu()
+        && a.target.op.includes(Op::Prefill)
+        && plans.contains(&Some(gdn_cuda::ForcedPlan::CpExact(false)))
+    {
+        check_cuts::specs(Heads::new(4, 8, 128).expect("qk4_v8"))
+    } else {
+        vec![]
+    };
     let runs: usize = cases
         .iter()
         .map(|(c, _, _)| plans_of(c).len())
         .sum::<usize>()
         + if offsets { plans.len() } else { 0 }
-        + big_pools.len();
+        + big_pools.len()
+        + check_cuts::runs(cut_specs.len());
     let plan_names: Vec<&str> = plans.iter().flatten().map(|p| p.name()).collect();
     eprintln!(
         "gdn check: {} runs on {} ({}){}",
@@ -387,6 +399,15 @@ fn sweep(engine: &Engine, a: &Args) -> Result<Vec<Verdict>> {
                 .unwrap_or_else(|e| failed_row(&check_pool::label(spec), None, &e)),
         );
         pb.inc(1);
+    }
+    for (i, spec) in cut_specs.iter().enumerate() {
+        pb.set_message(spec.label.clone());
+        let seed = a.seed + cases.len() as u64 + 1 + big_pools.len() as u64 + i as u64;
+        results.extend(
+            check_cuts::run(engine, spec, seed)
+                .unwrap_or_else(|e| vec![failed_row(&spec.label, None, &e)]),
+        );
+        pb.inc(check_cuts::runs(1) as u64);
     }
     pb.finish_and_clear();
     Ok(results)

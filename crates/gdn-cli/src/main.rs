@@ -10,6 +10,7 @@
 mod backend;
 mod bench_classes;
 mod bench_serving;
+mod check_cuts;
 mod check_offsets;
 mod check_pool;
 mod check_serving;

@@ -20,6 +20,51 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 
+/// The distribution of `A_log`, which sets how fast each head's state decays (per token by
+/// `exp(-exp(A_log) · softplus(a + dt_bias))`, with `a`, `dt_bias` drawn `randn` in every regime).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GateRegime {
+    /// `A_log = log U(1, 16)` (flashinfer-bench and the anchors): every head decays fast.
+    #[default]
+    Anchor,
+    /// `A_log = log U(0, 16)`, as HF transformers initialises Qwen3-Next: most heads decay fast, a few slowly.
+    Model,
+    /// `A_log = log U(1e-5, 1e-4)`: every head keeps its state (decay per token ≥ 0.999 while
+    /// `a + dt_bias` ≤ 10).
+    Slow,
+}
+
+impl GateRegime {
+    pub const ALL: [GateRegime; 3] = [GateRegime::Anchor, GateRegime::Model, GateRegime::Slow];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GateRegime::Anchor => "anchor",
+            GateRegime::Model => "model",
+            GateRegime::Slow => "slow",
+        }
+    }
+
+    /// The range `exp(A_log)` is drawn from, uniformly.
+    fn range(self) -> (f32, f32) {
+        match self {
+            GateRegime::Anchor => (1.0, 16f32.ln().exp()), // (the draw flashinfer-bench's `log U(1, 16)` gives)
+            GateRegime::Model => (1e-6, 16.0),
+            GateRegime::Slow => (1e-5, 1e-4),
+        }
+    }
+}
+
+impl std::str::FromStr for GateRegime {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        GateRegime::ALL
+            .into_iter()
+            .find(|g| g.name() == s)
+            .ok_or_else(|| format!("unknown gate regime '{s}' (anchor, model, slow)"))
+    }
+}
+
 /// What to draw for one workload.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadSpec {
@@ -47,6 +92,8 @@ pub struct WorkloadSpec {
     pub scale: f32,
     /// Gates in the saturated regime: `A_log` up to 5, `a` up to +40.
     pub extreme_gates: bool,
+    /// How fast the heads' states decay ([`GateRegime`]); the anchors' regime by default.
+    pub gate_regime: GateRegime,
     /// Serving tensors drawn on top of the definition's (default: none).
     pub serving: ServingDraw,
     pub label: String,
@@ -68,6 +115,7 @@ impl WorkloadSpec {
             padding: 0,
             scale: 0.0,
             extreme_gates: false,
+            gate_regime: GateRegime::Anchor,
             serving: ServingDraw::default(),
             label,
         }
@@ -168,10 +216,11 @@ pub fn generate(spec: &WorkloadSpec, seed: u64) -> TensorMap {
             data,
         );
     }
-    let a_log_max: f32 = if spec.extreme_gates { 5.0 } else { 16f32.ln() };
-    let a_log: Vec<f32> = (0..hv)
-        .map(|_| rng.random_range(1.0f32..a_log_max.exp()).ln())
-        .collect();
+    let (lo, hi) = match spec.gate_regime {
+        GateRegime::Anchor if spec.extreme_gates => (1.0, 5f32.exp()),
+        g => g.range(),
+    };
+    let a_log: Vec<f32> = (0..hv).map(|_| rng.random_range(lo..hi).ln()).collect();
     put("A_log", vec![hv], Data::F32(a_log));
     put("dt_bias", vec![hv], Data::F32(randn(&mut rng, hv, 1.0)));
     let mut a = randn(&mut rng, n_tok * hv, 1.0);

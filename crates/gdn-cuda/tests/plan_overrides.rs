@@ -161,3 +161,45 @@ fn a_forced_cp_plan_fills_the_gpu_with_its_named_walk_form() {
     assert!(p.is_empty());
     assert_eq!(p.workspace_bytes(), 0);
 }
+
+#[test]
+fn cp_exact_overrides_force_the_affine_path_and_the_cp_plans_cut() {
+    use gdn_cuda::plan::prefill::overrides::{ForcedPlan, CP_EXACT_OVERRIDES};
+    use StateDtype::F32;
+    let long = pre(1, 65_536, 8, F32);
+    let cuts_of = |p: &PrefillPlan| match p {
+        PrefillPlan::ContextParallel {
+            cuts, warpgroups, ..
+        } => (*cuts, *warpgroups),
+        other => panic!("expected cp, got {}", other.label()),
+    };
+    for (name, wg) in CP_EXACT_OVERRIDES {
+        let exact = prefill::choose(&long, &H100, Some(name)).unwrap();
+        assert_eq!(cuts_of(&exact), (false, wg), "{name}");
+        // the same segments as the pass that names the walk form, with cuts
+        let pass3 = if wg == 1 {
+            "gdn_prefill64_cp_pass3_f32"
+        } else {
+            "gdn_prefill64_cp_pass3w_f32"
+        };
+        let cut = prefill::choose(&long, &H100, Some(pass3)).unwrap();
+        assert_eq!(cuts_of(&cut), (true, wg), "{pass3}");
+        assert_eq!(exact.launches().len(), cut.launches().len());
+        for (a, b) in exact.launches().iter().zip(cut.launches()) {
+            assert_eq!((a.variant.name, a.grid), (b.variant.name, b.grid), "{name}");
+        }
+    }
+    // the automatic plan cuts
+    assert!(cuts_of(&prefill::choose(&long, &H100, None).unwrap()).0);
+    // gdn check runs both exact overrides, by these names
+    for (wide, (name, _)) in [
+        (false, CP_EXACT_OVERRIDES[0]),
+        (true, CP_EXACT_OVERRIDES[1]),
+    ] {
+        let f = ForcedPlan::CpExact(wide);
+        assert!(ForcedPlan::CHECKED.contains(&f));
+        assert_eq!(f.name(), name);
+        assert_eq!(f.override_for(&long, &H100).unwrap(), name);
+        assert!(f.available(&H100));
+    }
+}

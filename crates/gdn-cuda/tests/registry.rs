@@ -293,6 +293,7 @@ mod table {
             (prefill64::PREP_SMEM_EXPR, prefill64::PREP_SMEM as u64),
             (prefill64::WALK_SMEM_EXPR, prefill64::WALK_SMEM as u64),
             (prefill64::WS_CHUNK_BYTES_EXPR, prefill64::WS_CHUNK_BYTES),
+            (prefill64::CP_EXACT_EXPR, prefill64::CP_EXACT),
         ] {
             assert!(
                 text.contains(&format!("({expr}), {value}>")),
@@ -300,14 +301,14 @@ mod table {
             );
         }
         // prep + two walks + two pass-1 + two scans + two pass-3 (dynamic smem each) + params size + the
-        // workspace constant
-        assert_eq!(text.matches("gdn_registry_check<").count(), 9 + 2);
+        // workspace constant + the no-cut bit
+        assert_eq!(text.matches("gdn_registry_check<").count(), 9 + 3);
         assert!(text.contains("(gdn_prefill64::SCAN_SMEM), 147472>"));
         assert!(text.contains("(sizeof(Prefill64Params)), 128>"));
         assert!(!checks_appendix(&PREFILL).contains("gdn_prefill64"));
         // the serving build: the same kernels' checks and its own (longer) params
         let sv = checks_appendix(&PREFILL64_SV);
-        assert_eq!(sv.matches("gdn_registry_check<").count(), 9 + 2);
+        assert_eq!(sv.matches("gdn_registry_check<").count(), 9 + 3);
         assert!(sv.contains("(sizeof(Prefill64Params)), 272>"));
         assert!(!sv.contains("(sizeof(Prefill64Params)), 128>"));
         // the wide module: its four passes' smem and the params size, nothing of the other module
@@ -321,7 +322,7 @@ mod table {
         // the device plan's builds: the same kernels' checks, the base params and workspace constants, their own
         // params size and (prefill64_dp) the sequence limit and the persistent launches' count (vgrid)
         let dp = checks_appendix(&PREFILL64_DP);
-        assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 1 + 3);
+        assert_eq!(dp.matches("gdn_registry_check<").count(), 9 + 2 + 3);
         assert!(!dp.contains("(sizeof(Prefill64Params))"));
         assert!(dp.contains("(sizeof(Prefill64PlanParams)), 224>"));
         assert!(dp.contains("(DEVICE_PLAN_MAX_N), 256>"));

@@ -8,7 +8,7 @@ namespace gdn_prefill64 {
 
 // The state walk is affine in its initial state: walking chunks [a, b) from Sᵀ₀ gives Sᵀ₀ M + B, with M (k x k) the
 // product of the chunks' transitions and B the walk from zero. A sequence of nch chunks is cut into segments of
-// L = p.seg_chunks chunks (nseg = max(1, ceil(nch / L))); three launches then run it on nseg times the CTAs:
+// L = seg_len(p) chunks (nseg = max(1, ceil(nch / L))); three launches then run it on nseg times the CTAs:
 //   pass 1  gdn_prefill64_cp_pass1_*  grid (seg slots, HV, 4): per (segment s, head, value half, role)
 //           s = 0:            role 0 walks the segment for real (state → outputs; end state → S[s+1], or new_state
 //                             when nseg = 1); role 1 exits
@@ -22,6 +22,8 @@ namespace gdn_prefill64 {
 //           loading while this step computes; scan.cuh)
 //   pass 3  gdn_prefill64_cp_pass3_*  grid (seg slots, HV, 2): segments s ≥ 1 walk for real from S[s] (outputs;
 //           the last one writes new_state)
+// unless the head cuts (below): then pass 1 runs short warm-up walks into S[s] and copies the initial state to S[0],
+// the scan skips the head, and pass 3 walks every segment.
 // Work: ~2 walks per segment instead of one, spread over nseg times as many CTAs; the summary walks skip Q, Y, O and
 // the output staging. Segment s of sequence i lives in segment slot g(i) + s, g(i) = f(i) / L + i with f the
 // chunk-slot map (schedule.cuh seq_slot): g(i+1) − g(i) ≥ floor(nch_i / L) + 1 ≥ nseg_i, and every slot is < (T/64 + N + 1)/L + N + 1.
@@ -30,7 +32,7 @@ namespace gdn_prefill64 {
 // exactly like the real walk; the scan is fp32 (3xTF32 products, fp32 accumulation).
 __device__ __forceinline__ i64 seg_first(const Prefill64Params& p, i64 i, int L) { return seq_slot(p, i) / L + i; }
 __device__ __forceinline__ i64 cp_seg_slots(const Prefill64Params& p) {
-    return (p.total_tokens / C + p.num_seqs + 1) / p.seg_chunks + p.num_seqs + 1;
+    return (p.total_tokens / C + p.num_seqs + 1) / seg_len(p) + p.num_seqs + 1;
 }
 // f32 [128][128] workspace state `which` (0 S, 1 M, 2 B) of segment slot `slot`, value head h.
 __device__ __forceinline__ float* cp_ws(const Prefill64Params& p, int which, i64 slot, int h) {
@@ -46,7 +48,7 @@ struct SegPos {
 // result is uniform).
 __device__ __forceinline__ bool find_segment(const Prefill64Params& p, i64 slot, SegPos& sp) {
     const i64 N = p.num_seqs;
-    const int L = p.seg_chunks;
+    const int L = seg_len(p);
     if (N <= 0 || L <= 0) return false;
     // the largest i with g(i) = f(i) / L + i <= slot (g strictly increasing, g(0) = 0); with f(i) >= 0 and
     // m = slot − i, f(i) / L <= m  <=>  m >= 0 and f(i) < (m + 1)·L: no division
@@ -80,46 +82,116 @@ __device__ __forceinline__ WalkJob segment_job(const SegPos& sp, int h, int vh, 
     return j;
 }
 
+// ---- Cuts. Walking chunks [b − W, b) from zero instead of from the true state S at chunk b − W changes the state at
+// chunk b by S's image under those chunks' transitions, of norm at most e^Λ ‖S‖ with Λ the sum of their λ (the prep's
+// bound per chunk, params.cuh). Where Λ ≤ CUT_LOG_BOUND = ln 2⁻⁴⁰ the dropped part is 2⁻¹⁶ below fp32's resolution
+// of a state as large as S: the cut is exact, and segment s's start state is a W-chunk warm-up walk instead of the
+// scan of pass 1's summaries. W is the shortest window (at most min(L, CUT_MAX_W) chunks) that meets the bound.
+// Per (sequence, value head), all or nothing: when every boundary of the sequence cuts, pass 1 runs the warm-ups
+// (one walk CTA of W chunks per boundary, into S[s]; no transition walks) and copies the initial state into S[0]
+// (pass 3's last segment writes new_state, in pool mode the row segment 0 starts from, so segment 0 must not read
+// it there), the scan skips the head, and pass 3 walks segment 0 too; otherwise the head takes the affine path
+// above unchanged. Fast-decaying heads (production gates:
+// a 64-token chunk decays by e⁻⁴⁰ and more on most heads) cut with W = 1; a head whose decay is slow, or whose
+// β‖k‖² exceeds 2 (unnormalised keys stretch the state), does not. A NaN in a chunk's gates or keys blocks a window
+// that holds it; a non-finite value in a chunk before a cut's window does not reach past the cut.
+constexpr int CUT_MAX_W = 16;
+constexpr float CUT_LOG_BOUND = -27.7258872f;  // ln 2^-40
+// −1 when (sequence seq, head h) does not cut (CP_EXACT, one segment, or a boundary over the bound); otherwise the
+// warm-up W of boundary `want` (the start of segment want >= 1; 0 asks for none). Each lane takes one boundary b = s·L
+// and its λ of chunks b − 1, b − 2, … (independent loads, after pdl_wait: the prep's records). Whole warps call it;
+// the result is uniform (in a uniform register).
+__device__ __forceinline__ int cut_plan(const Prefill64Params& p, i64 seq, int nseg, int h, int want) {
+    if ((p.seg_chunks & CP_EXACT) || nseg < 2) return -1;
+    const int L = seg_len(p), HV = p.num_v_heads, lane = threadIdx.x & 31;
+    const int wcap = L < CUT_MAX_W ? L : CUT_MAX_W;
+    const i64 stride = (i64)HV * WS_CHUNK_BYTES;
+    const unsigned char* lam0 = reinterpret_cast<const unsigned char*>(p.workspace) +
+                                (seq_slot(p, seq) * HV + h) * (i64)WS_CHUNK_BYTES + WG_E + (2 * C + EGC_LB) * 4;
+    int got = 0;
+    for (int s0 = 1; s0 < nseg; s0 += 32) {
+        const int s = s0 + lane;
+        int w = 0;
+        if (s < nseg) {
+            const i64 b = (i64)s * L;
+            float lam[CUT_MAX_W];
+#pragma unroll
+            for (int i = 0; i < CUT_MAX_W; ++i)
+                lam[i] = i < wcap ? *reinterpret_cast<const float*>(lam0 + (b - 1 - i) * stride) : 0.f;
+            float acc = 0.f;
+#pragma unroll
+            for (int i = 0; i < CUT_MAX_W; ++i) {
+                acc += lam[i];
+                if (w == 0 && i < wcap && acc <= CUT_LOG_BOUND) w = i + 1;
+            }
+        }
+        if (!__all_sync(0xffffffffu, s >= nseg || w > 0)) return -1;
+        // (redux.sync: a uniform register, so the warm-up's chunk range and every address derived from it stay on
+        // the uniform datapath, as uni64 in schedule.cuh)
+        got += (int)__reduce_add_sync(0xffffffffu, s == want ? (u32)w : 0u);
+    }
+    return got;
+}
+
 template <int WGS, bool BF16STATE, class Bid>
 __device__ __forceinline__ void cp_pass1(const Prefill64Params& p, const Bid bid) {
     constexpr int CPH = WalkLayout<WGS>::CTAS_PER_HEAD;
     SegPos sp;
     if (!find_segment(p, bid.x(), sp)) return;
     const int h = bid.y(), vh = bid.z() % CPH, role = bid.z() / CPH;
-    WalkJob j = segment_job(sp, h, vh, p.seg_chunks);
-    if (sp.s == 0 && role != 0) return;
+    const int L = seg_len(p);
+    WalkJob j = segment_job(sp, h, vh, L);
     if (sp.s >= sp.nseg - 1 && sp.s > 0) return;  // (the last segment's end state is never needed)
+    if (sp.nseg == 1 && role != 0) return;
     pdl_wait();  // (the search above ran while the prep finished)
-    if (sp.s == 0) {
+    const int w = sp.nseg > 1 ? cut_plan(p, sp.seq, sp.nseg, h, sp.s + 1) : -1;
+    j.end = END_WS;
+    if (w > 0 && role == 0) {  // the head cuts: the warm-up of boundary s + 1 → S[s + 1]
+        j.c1 = (sp.s + 1) * L;
+        j.c0 = j.c1 - w;
+        j.end_ws = cp_ws(p, 0, sp.first + sp.s + 1, h);
+    } else if (sp.s == 0 && (w > 0) == (role != 0)) {
+        // segment 0: walked for real (no cut), or (the head cuts) its initial state copied to S[0] by a walk of no
+        // chunks, for pass 3 — which walks segment 0 then, and its last segment writes new_state: in pool mode the
+        // very row segment 0 starts from
         j.init = INIT_STATE;
-        if (sp.nseg == 1) {
+        if (w > 0) {
+            j.c1 = 0;
+            j.end_ws = cp_ws(p, 0, sp.first, h);
+        } else if (sp.nseg == 1) {
             j.end = END_STATE;
         } else {
-            j.end = END_WS;
             j.end_ws = cp_ws(p, 0, sp.first + 1, h);
         }
         walk_wg_body<WGS, BF16STATE, false>(p, j);
-    } else if (sp.s < sp.nseg - 1) {
-        j.end = END_WS;
-        if (role == 0) {
-            j.end_ws = cp_ws(p, 2, bid.x(), h);
-            walk_wg_body<WGS, BF16STATE, true>(p, j);
-        } else {
-            j.init = INIT_IDENTITY;
-            j.end = END_WS_T;
-            j.end_ws = cp_ws(p, 1, bid.x(), h);
-            walk_wg_body<WGS, BF16STATE, true, true>(p, j);
-        }
+        return;
+    } else if (w > 0 || sp.s == 0) {
+        return;
+    } else if (role == 0) {
+        j.end_ws = cp_ws(p, 2, bid.x(), h);
+    } else {
+        j.init = INIT_IDENTITY;
+        j.end = END_WS_T;
+        j.end_ws = cp_ws(p, 1, bid.x(), h);
+        walk_wg_body<WGS, BF16STATE, true, true>(p, j);
+        return;
     }
+    // one call site of the summary walk (warm-ups and B[s]); its chunk range, merged from two paths, made uniform
+    // again (uni64, schedule.cuh), or the walk's addresses leave the uniform datapath
+    j.c0 = (int)uni64(j.c0);
+    j.c1 = (int)uni64(j.c1);
+    walk_wg_body<WGS, BF16STATE, true>(p, j);
 }
 
 template <int WGS, bool BF16STATE, class Bid>
 __device__ __forceinline__ void cp_pass3(const Prefill64Params& p, const Bid bid) {
     SegPos sp;
-    if (!find_segment(p, bid.x(), sp) || sp.s == 0) return;
+    if (!find_segment(p, bid.x(), sp) || sp.nseg == 1) return;
     pdl_wait();  // (the search above ran while the scan, or pass 1, finished)
     const int h = bid.y();
-    WalkJob j = segment_job(sp, h, bid.z() % WalkLayout<WGS>::CTAS_PER_HEAD, p.seg_chunks);
+    // segment 0 is pass 1's unless the head cuts (then S[0] holds its initial state)
+    if (sp.s == 0 && cut_plan(p, sp.seq, sp.nseg, h, 0) < 0) return;
+    WalkJob j = segment_job(sp, h, bid.z() % WalkLayout<WGS>::CTAS_PER_HEAD, seg_len(p));
     j.init = INIT_WS;
     j.init_ws = cp_ws(p, 0, bid.x(), h);
     j.end = sp.s == sp.nseg - 1 ? END_STATE : END_NONE;

@@ -30,8 +30,8 @@ struct Prefill64Params {
     float scale;                   // 112: resolved, never 0
     i32 num_q_heads;               // 116: H
     i32 num_v_heads;               // 120: HV (multiple of H)
-    i32 seg_chunks;                // 124: context-parallel kernels: chunks per segment L >= 1 (others: ignored; the
-                                   //      device plan: 0)
+    i32 seg_chunks;                // 124: context-parallel kernels: chunks per segment L >= 1 in bits 0-29, and
+                                   //      CP_EXACT (bit 30): no cuts (others: ignored; the device plan: 0)
 #ifdef GDN_SERVING
     i64 num_state_rows;            // 128: rows of state (the pool's in pool mode): a pool index >= this is padding
     ServingParams serving;         // 136: the serving modes (common/serving.cuh), 136 bytes
@@ -67,6 +67,9 @@ struct Prefill64PlanParams {
 namespace gdn_prefill64 {
 
 constexpr int C = 64;              // chunk length (tokens)
+constexpr int CP_EXACT = 1 << 30;  // Prefill64Params::seg_chunks: the cp plan never cuts (cp_passes.cuh)
+// The context-parallel segment length L (chunks).
+__device__ __forceinline__ int seg_len(const Prefill64Params& p) { return p.seg_chunks & (CP_EXACT - 1); }
 constexpr int D = 128;             // head dim (K = V = 128)
 constexpr int LDF = C + 4;         // padded f32 row stride of 64-column f32 tiles (272 B)
 
@@ -81,10 +84,12 @@ constexpr int LDF = C + 4;         // padded f32 row stride of 64-column f32 til
 // passes.
 constexpr int WG_TILE = C * 128;                   // 8192
 constexpr int WG_NTILE = 2;
-// e-vectors, f32 [64] each: scale·e^{γ_i} (EGQ), e^{γ_C − γ_i} (EC), [e^{γ_C}, sT, 0, 0, sP_0..sP_3, then 56
-// zeros] (EGC), e^{γ_i} (EG). P' rows 16w..16w+15 carry their own scale sP_w.
+// e-vectors, f32 [64] each: scale·e^{γ_i} (EGQ), e^{γ_C − γ_i} (EC), [e^{γ_C}, sT, λ, 0, sP_0..sP_3, then 56
+// zeros] (EGC), e^{γ_i} (EG). P' rows 16w..16w+15 carry their own scale sP_w. λ = γ_C + Σ_t log max(1, |1 − β_t‖k_t‖²|)
+// bounds the chunk's transitions: ‖S e^{γ_C} Π(I − β_t k_t k_tᵀ)‖ ≤ e^λ ‖S‖ (the cp cuts, cp_passes.cuh).
 constexpr int WG_E = WG_NTILE * WG_TILE;
 constexpr int EGC_SP = 4;  // index of sP_0 in EGC (16-byte aligned: the walk reads the four as one float4)
+constexpr int EGC_LB = 2;  // index of λ in EGC
 constexpr int WS_CHUNK_BYTES = WG_E + 4 * 4 * C;   // 17408
 static_assert(WS_CHUNK_BYTES == 17408 && WS_CHUNK_BYTES % 256 == 0, "workspace record (mirrored by the Rust runtime)");
 

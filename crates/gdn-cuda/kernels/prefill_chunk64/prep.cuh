@@ -18,7 +18,7 @@ constexpr int PT_OFF = 0;                          // T f32 [64][68] over the K/
 constexpr int PA_OFF = C * LDF * 4;                // A f32 [64][68] (17408), over the rest of them
 constexpr int PG_OFF = PA_OFF + C * LDF * 4;       // γ f32 [64]
 constexpr int PB_OFF = PG_OFF + 4 * C;             // β f32 [64]
-constexpr int PR_OFF = PB_OFF + 4 * C;             // per-warp maxima f32 [2][4] (only [1][·] is used: Tb's scale)
+constexpr int PR_OFF = PB_OFF + 4 * C;             // per-warp f32 [2][4]: [0][·] the contraction sums, [1][·] Tb's maxima
 constexpr int PREP_SMEM = PR_OFF + 32 + 1024;      // + slack to align the base to 1024 B
 static_assert(PG_OFF >= PKQ_OFF + 2 * 128 * 128, "γ / β do not alias the K / Q panels");
 static_assert(PREP_SMEM == 36384, "prep smem (mirrored by the Rust runtime)");
@@ -181,7 +181,9 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
         }
     }
     // ---- A (f32, smem, row-major, zero on and above the diagonal; the blocks above the diagonal block are never
-    // read, so they are not written)
+    // read, so they are not written); the diagonal ‖k_i‖² kept by the lane that holds it (t = g / 2, for rows
+    // 16w + g and 16w + g + 8)
+    float kk[2] = {0.f, 0.f};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -196,9 +198,25 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
                 const int j = j0 + e;
                 const float dec = exp_ftz(fminf(gi - gam_s[j], 0.f));  // (outside the select: no branch)
                 av[e] = i > j ? bi * acc[nt][2 * hr + e] * dec : 0.f;
+                kk[hr] = i == j ? acc[nt][2 * hr + e] : kk[hr];
             }
             *reinterpret_cast<float2*>(Af + i * LDF + j0) = make_float2(av[0], av[1]);
         }
+    // ---- the chunk's contraction bound for the cp cuts (cp_passes.cuh): Σ_t log max(1, |1 − β_t‖k_t‖²|), the log of
+    // the largest factor by which the chunk's transitions, e^{g_t}(I − β_t k_t k_tᵀ) without their decays, can stretch
+    // a state; one sum per warp (its 16 rows) in wmax[warp]. A NaN stays NaN.
+    {
+        float lf = 0.f;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const float st = fabsf(1.f - beta_s[16 * warp + g + 8 * hr] * kk[hr]);
+            const float l = st > 1.f ? logf(st) : (st <= 1.f ? 0.f : st);
+            lf += t == (g >> 1) ? l : 0.f;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) lf += __shfl_xor_sync(0xffffffffu, lf, off);
+        if (lane == 0) wmax[warp] = lf;
+    }
     __syncwarp();  // the diagonal block a warp inverts is made of its own rows of A
     // ---- diagonal blocks: warp w inverts I + A_ww by forward substitution (lane c < 16 owns column c).
     {
@@ -311,7 +329,11 @@ __device__ __forceinline__ void prep_body(const Prefill64Params& p, const Bid bi
             ev[3 * C + tid] = eg;
         } else {
             const int i = tid - C;
-            if (i < EGC_SP || i >= EGC_SP + 4) ev[2 * C + i] = i == 0 ? __expf(gC) : (i == 1 ? sT : 0.f);
+            if (i < EGC_SP || i >= EGC_SP + 4)
+                ev[2 * C + i] = i == 0 ? __expf(gC)
+                              : i == 1 ? sT
+                              : i == EGC_LB ? gC + ((wmax[0] + wmax[1]) + (wmax[2] + wmax[3]))
+                                            : 0.f;
         }
     }
 }

@@ -53,7 +53,7 @@ __device__ __forceinline__ i64 scan_find_seq(const Prefill64Params& p, i64 k, in
     __shared__ int wsum[8];
     __shared__ i64 hit;
     const int warp = tid >> 5, lane = tid & 31;
-    const i64 N = p.num_seqs, lim = (i64)C * 2 * p.seg_chunks;
+    const i64 N = p.num_seqs, lim = (i64)C * 2 * seg_len(p);
     if (N <= 0) return -1;
     if (tid == 0) hit = -1;
     i64 before = 0;  // such sequences in earlier passes
@@ -103,7 +103,7 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p, const Bid bid)
     u32* Xh = reinterpret_cast<u32*>(smem + SCAN_X_OFF);  // X = S[s−1] rows, tf32 hi parts [ROWS·128] (scan_b_idx)
     u32* Xl = Xh + ROWS * D;                              // ... and lo parts
     const u32 bar0 = smem_addr(smem + SCAN_BAR_OFF);
-    const int HV = p.num_v_heads, L = p.seg_chunks;
+    const int HV = p.num_v_heads, L = seg_len(p);
     const int rb = bid.x() % (D / ROWS);
     const int h = (bid.x() / (D / ROWS)) % HV;
     if (L <= 0) return;
@@ -118,6 +118,7 @@ __device__ __forceinline__ void cp_scan(const Prefill64Params& p, const Bid bid)
     // a padded sequence (pool mode): its real walks write zero outputs and never read the start states
     if (sv_of(p).pool_indices != nullptr && pool_pad(p, sv_pool_index(sv_of(p), seq))) return;
     pdl_wait();  // (the search above ran while pass 1 finished)
+    if (cut_plan(p, seq, nseg, h, 0) >= 0) return;  // every boundary cut: pass 1 wrote the start states
     const i64 first = seg_first(p, seq, L);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int m0 = 16 * warp;

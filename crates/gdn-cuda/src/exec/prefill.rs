@@ -9,7 +9,7 @@ use crate::abi::params::{
 };
 use crate::exec::kernel_set::KernelSet;
 use crate::exec::launch::LaunchInfo;
-use crate::kernels::registry::ModuleBuild;
+use crate::kernels::registry::{prefill64, ModuleBuild};
 use crate::plan::prefill::{types, workspace, DevicePlan, PrefillPlan};
 use crate::plan::Launch;
 use cudarc::driver::sys;
@@ -97,12 +97,16 @@ impl KernelSet {
                 scan,
                 pass3,
                 seg_chunks,
+                cuts,
                 ..
             } => {
                 // one params struct for all four (stream order carries the workspace from one to the next)
                 let mut params = args.params64();
-                params.seg_chunks = i32::try_from(*seg_chunks)
-                    .map_err(|_| bad("cu_seqlens", "segment length does not fit i32"))?;
+                if *seg_chunks > prefill64::MAX_SEG_CHUNKS {
+                    return Err(bad("cu_seqlens", "segment length does not fit 30 bits"));
+                }
+                let exact = if *cuts { 0 } else { prefill64::CP_EXACT };
+                params.seg_chunks = (*seg_chunks | exact) as i32;
                 let p = &params as *const Prefill64Params as *mut c_void;
                 let mut first = true;
                 for c in [prep, pass1, scan, pass3] {

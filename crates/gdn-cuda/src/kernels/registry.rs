@@ -191,6 +191,12 @@ pub mod prefill64 {
     /// Workspace bytes per (segment slot, value head) for each of the three f32 [128][128] arrays
     /// (start states, transitions, zero-state walks).
     pub const CP_STATE_BYTES: u64 = 128 * 128 * 4;
+    /// `Prefill64Params::seg_chunks`: the bit that keeps the cp plan off its cuts (every head on the affine path)
+    /// = `gdn_prefill64::CP_EXACT`; the segment length L takes the bits below it.
+    pub const CP_EXACT: u64 = 1 << 30;
+    pub const CP_EXACT_EXPR: &str = "gdn_prefill64::CP_EXACT";
+    /// The longest segment (chunks) `seg_chunks` holds.
+    pub const MAX_SEG_CHUNKS: u64 = CP_EXACT - 1;
 
     pub const CP_SCAN_SMEM_EXPR: &str = "gdn_prefill64::SCAN_SMEM";
 
@@ -331,6 +337,12 @@ pub static MODULE_CONSTANTS: &[(&str, &str, &str, u64)] = &[
         "workspace bytes per chunk slot and value head",
         prefill64::WS_CHUNK_BYTES_EXPR,
         prefill64::WS_CHUNK_BYTES,
+    ),
+    (
+        "prefill64",
+        "the cp plan's no-cut bit in seg_chunks",
+        prefill64::CP_EXACT_EXPR,
+        prefill64::CP_EXACT,
     ),
 ];
 const PSIZE: &str = "params size (abi::params)";

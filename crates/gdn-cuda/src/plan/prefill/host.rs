@@ -354,11 +354,11 @@ pub(crate) fn cp_plan(
     if need > max {
         return Err(Rejection::Workspace { need, max });
     }
-    if seg_chunks > i32::MAX as u64 {
+    if seg_chunks > prefill64::MAX_SEG_CHUNKS {
         return Err(Rejection::Grid {
             dim: "segment length",
             got: seg_chunks,
-            max: i32::MAX as u64,
+            max: prefill64::MAX_SEG_CHUNKS,
         });
     }
     let why: Arc<str> = format!(
@@ -390,6 +390,7 @@ pub(crate) fn cp_plan(
         segments,
         seg_chunks,
         warpgroups,
+        cuts: true,
         workspace_bytes,
     })
 }

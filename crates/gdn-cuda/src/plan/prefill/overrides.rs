@@ -1,7 +1,7 @@
 //! The prefill overrides (`GDN_KERNEL=<name>`, passed in by the caller) and the forced plans of `gdn check`.
 //!
 //! The grammar: `host` keeps the host's plan (without a length hint, the equal-length plan rather than the device
-//! plan); `device`, `device-fused`, `device-fused-skew`, `device-chunk64`, `device-cp` force the device plan (the
+//! plan); `cp-exact`, `cp2-exact` force cp / cp2 without cuts; `device`, `device-fused`, `device-fused-skew`, `device-chunk64`, `device-cp` force the device plan (the
 //! model's thresholds, or every call to one route: `DeviceRoute`); any other name picks a registry variant, which
 //! must be of the right family and state dtype and still passes every limit check: a `gdn_prefill_*` kernel forces
 //! the fused plan with that kernel; `gdn_prefill64_prep` or the walk of the call's state dtype forces the chunk64
@@ -18,10 +18,24 @@ use crate::plan::{DeviceCaps, PlanKind, Rejection, Shape};
 /// equal-length plan instead of the device plan (A/B measurements, opting out). It names no kernel.
 pub const HOST_PLAN_OVERRIDE: &str = "host";
 
+/// The overrides that force the cp plan with one / two warpgroups per walk CTA and no cuts: every head walks the
+/// affine path (summaries, transitions, scan), whatever its gates. `gdn check` runs them beside cp and cp2, whose
+/// cuts must agree with them.
+pub const CP_EXACT_OVERRIDES: [(&str, u64); 2] = [("cp-exact", 1), ("cp2-exact", 2)];
+
 /// The plan override `name` forces for the prefill call `s` (its checks passed).
 pub fn forced(s: &Shape, caps: &DeviceCaps, name: &str) -> Result<PrefillPlan, Rejection> {
     if name == HOST_PLAN_OVERRIDE {
         return host::plan(s, caps);
+    }
+    if let Some(&(_, wg)) = CP_EXACT_OVERRIDES.iter().find(|(n, _)| *n == name) {
+        let g = host::cp_forced_segments(s, caps.sm_count as u64, wg);
+        let why = format!("forced by override '{name}'");
+        let mut plan = host::cp_plan(s, caps, (g, host::cp_seg_chunks(s, g), wg), why)?;
+        if let PrefillPlan::ContextParallel { cuts, .. } = &mut plan {
+            *cuts = false;
+        }
+        return Ok(plan);
     }
     if let Some(route) = DeviceRoute::from_override(name) {
         return device::forced(s, caps, route, &host::plan);
@@ -118,12 +132,14 @@ pub enum ForcedPlan {
     /// The compact tile (`_np2`, what 99 KB GPUs run) nearest the automatic tile's width: bv32 for bv16 and bv32,
     /// bv64 for bv64 and bv128; on any GPU, so that every check case runs them.
     FusedCompact,
+    /// cp (false) or cp2 (true) without cuts (`CP_EXACT_OVERRIDES`).
+    CpExact(bool),
     Device(DeviceRoute),
 }
 
 impl ForcedPlan {
     /// Every host plan, the device plan with the model's thresholds, and each of its forced routes.
-    pub const CHECKED: [ForcedPlan; 12] = [
+    pub const CHECKED: [ForcedPlan; 14] = [
         ForcedPlan::Kind(PlanKind::Fused),
         ForcedPlan::FusedLongestFirst,
         ForcedPlan::FusedSplit,
@@ -131,6 +147,8 @@ impl ForcedPlan {
         ForcedPlan::Kind(PlanKind::Chunk64),
         ForcedPlan::Kind(PlanKind::ContextParallel),
         ForcedPlan::Kind(PlanKind::ContextParallelWide),
+        ForcedPlan::CpExact(false),
+        ForcedPlan::CpExact(true),
         ForcedPlan::Device(DeviceRoute::Model),
         ForcedPlan::Device(DeviceRoute::Fused),
         ForcedPlan::Device(DeviceRoute::FusedSkew),
@@ -144,6 +162,7 @@ impl ForcedPlan {
             ForcedPlan::FusedLongestFirst => "fused-lf",
             ForcedPlan::FusedSplit => "fused-split",
             ForcedPlan::FusedCompact => "fused-np2",
+            ForcedPlan::CpExact(wide) => CP_EXACT_OVERRIDES[wide as usize].0,
             ForcedPlan::Device(r) => r.override_name(),
         }
     }
@@ -160,7 +179,9 @@ impl ForcedPlan {
             ForcedPlan::Kind(PlanKind::Fused) | ForcedPlan::FusedCompact => true,
             ForcedPlan::FusedLongestFirst => fits(|v| v.longest_first),
             ForcedPlan::FusedSplit => fits(registry::is_split),
-            ForcedPlan::Kind(_) | ForcedPlan::Device(_) => caps.builds(&registry::PREFILL64),
+            ForcedPlan::Kind(_) | ForcedPlan::CpExact(_) | ForcedPlan::Device(_) => {
+                caps.builds(&registry::PREFILL64)
+            }
         }
     }
 
@@ -204,6 +225,7 @@ impl ForcedPlan {
                         state: s.state,
                     })
             }
+            ForcedPlan::CpExact(wide) => Ok(CP_EXACT_OVERRIDES[wide as usize].0),
             ForcedPlan::Device(r) => Ok(r.override_name()),
         }
     }

@@ -29,6 +29,10 @@ pub enum PrefillPlan {
         seg_chunks: u64,
         /// Warpgroups per walk CTA of the passes (1 or 2: plan kind cp / cp2).
         warpgroups: u64,
+        /// Exact cuts where the gates allow them (decided per head on the device; `kernels/prefill_chunk64/cp_passes.cuh`),
+        /// or the affine path for every head (`cp-exact`, `cp2-exact`: `Prefill64Params::seg_chunks` carries
+        /// `CP_EXACT`).
+        cuts: bool,
         workspace_bytes: u64,
     },
     /// The device plan (`device`): every candidate launch, each running the call or exiting by its longest length.
