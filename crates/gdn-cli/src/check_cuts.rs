@@ -4,9 +4,10 @@
 //! - outputs equal but for rounding flips: no element more than 1 unit in the last place (bf16) apart;
 //! - final states within 1e-6 relative (L2 of the difference over L2 of the exact plan's state).
 //!
-//! Where the gates decay fast (the anchors' regime) every head cuts, so the cut path itself is what runs; where a
-//! few heads decay slowly (model-like gates) those heads take the affine path beside cutting ones; where none
-//! decays (slow gates) no head cuts and the two plans must agree bit for bit in practice.
+//! Where the gates decay fast (the anchors' regime) every head cuts, so the cut path itself is what runs; under
+//! model-like gates a head that decays slowly would take the affine path beside cutting ones (this case's draw has
+//! none); where none decays (slow gates) no head cuts and the two plans run the same path. The rows prove
+//! agreement, not that a cut ran: `gdn bench --gates` shows that in the time.
 
 use crate::backend::Engine;
 use crate::verify::{for_plan, refused, run_forced, verify_prepared_with, Prepared, Ran, Verdict};

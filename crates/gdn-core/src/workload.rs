@@ -90,7 +90,8 @@ pub struct WorkloadSpec {
     pub padding: usize,
     /// The `scale` scalar; 0 means the default 1/sqrt(head_size).
     pub scale: f32,
-    /// Gates in the saturated regime: `A_log` up to 5, `a` up to +40.
+    /// Gates in the saturated regime: `a` up to +40, and under the anchor regime `A_log` up to 5 (other regimes
+    /// keep their own `A_log` range).
     pub extreme_gates: bool,
     /// How fast the heads' states decay ([`GateRegime`]); the anchors' regime by default.
     pub gate_regime: GateRegime,

@@ -84,15 +84,18 @@ __device__ __forceinline__ WalkJob segment_job(const SegPos& sp, int h, int vh, 
 
 // ---- Cuts. Walking chunks [b − W, b) from zero instead of from the true state S at chunk b − W changes the state at
 // chunk b by S's image under those chunks' transitions, of norm at most e^Λ ‖S‖ with Λ the sum of their λ (the prep's
-// bound per chunk, params.cuh). Where Λ ≤ CUT_LOG_BOUND = ln 2⁻⁴⁰ the dropped part is 2⁻¹⁶ below fp32's resolution
-// of a state as large as S: the cut is exact, and segment s's start state is a W-chunk warm-up walk instead of the
-// scan of pass 1's summaries. W is the shortest window (at most min(L, CUT_MAX_W) chunks) that meets the bound.
+// bound per chunk, params.cuh). Where Λ ≤ CUT_LOG_BOUND = ln 2⁻⁴⁰ the dropped part is at most 2⁻⁴⁰ of the carried
+// state S: 2⁻¹⁶ below fp32's resolution of a state as large as S (the bound is for the exact transitions; the walk's
+// bf16 / f16 operands perturb them by far less than that margin). Relative to the state at b it is as small unless
+// the state shrinks by 2¹⁶ over the window (the carried part decaying with little new input). Segment s's start
+// state is then a W-chunk warm-up walk instead of the scan of pass 1's summaries, W the shortest window (at most
+// min(L, CUT_MAX_W) chunks) that meets the bound.
 // Per (sequence, value head), all or nothing: when every boundary of the sequence cuts, pass 1 runs the warm-ups
 // (one walk CTA of W chunks per boundary, into S[s]; no transition walks) and copies the initial state into S[0]
 // (pass 3's last segment writes new_state, in pool mode the row segment 0 starts from, so segment 0 must not read
 // it there), the scan skips the head, and pass 3 walks segment 0 too; otherwise the head takes the affine path
-// above unchanged. Fast-decaying heads (production gates:
-// a 64-token chunk decays by e⁻⁴⁰ and more on most heads) cut with W = 1; a head whose decay is slow, or whose
+// above unchanged. Fast-decaying heads (flashinfer-bench's and HF's initial gate draws decay a 64-token chunk by
+// e⁻⁴⁰ and more on most heads) cut with W = 1; a head whose decay is slow, or whose
 // β‖k‖² exceeds 2 (unnormalised keys stretch the state), does not. A NaN in a chunk's gates or keys blocks a window
 // that holds it; a non-finite value in a chunk before a cut's window does not reach past the cut.
 constexpr int CUT_MAX_W = 16;

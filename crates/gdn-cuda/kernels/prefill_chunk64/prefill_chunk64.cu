@@ -115,7 +115,8 @@
 //   gdn_prefill64_walk_f32    grid (N·HV·2, 1, 1), block 128, dynamic smem gdn_prefill64::WALK_SMEM (126992)
 //   gdn_prefill64_walk_bf16   same, bf16 state / new_state
 // workspace: (T/64 + N + 1) · HV · gdn_prefill64::WS_CHUNK_BYTES (17408) bytes, 256-byte aligned.
-// Context-parallel plan (p.seg_chunks = L >= 1; seg slots G = (T/64 + N + 1)/L + N + 1), in this order:
+// Context-parallel plan (p.seg_chunks = L >= 1, | CP_EXACT for no cuts; seg slots G = (T/64 + N + 1)/L + N + 1),
+// in this order:
 //   gdn_prefill64_prep                grid ((T/64 + N + 1)·HV, 1, 1), block 128, smem PREP_SMEM
 //   gdn_prefill64_cp_pass1_{f32,bf16} grid (G, HV, 4), block 128, smem WALK_SMEM
 //   gdn_prefill64_cp_scan             grid (K·HV·8, 1, 1), block 256, smem SCAN_SMEM (147472); or

@@ -28,7 +28,9 @@ pub enum Family {
     Prefill64Walk,
     /// `prefill_chunk64.cu` `gdn_prefill64_cp_pass1_*`: second launch of the context-parallel ("cp") plan: per
     /// segment of L chunks, walks segment 0 for real and summarises the middle segments (transition and
-    /// zero-state walk) into the workspace. `Prefill64Params` with `seg_chunks = L`. Two forms: one
+    /// zero-state walk) into the workspace, or, for a head whose gates allow exact cuts, runs the segments'
+    /// warm-up walks and copies the initial state. `Prefill64Params` with `seg_chunks = L` (| `CP_EXACT`: no
+    /// cuts). Two forms: one
     /// warpgroup per walk CTA (a 64-row value half), or two (`…_cp_pass1w_*`, one CTA per head; see
     /// `walk_warpgroups`).
     Prefill64CpPass1,
@@ -36,8 +38,9 @@ pub enum Family {
     /// from the summaries, in fp32 (no state storage: `state` is a convention, F32, never matched); 16 or 8
     /// value rows per CTA (`plan::prefill::host::cp_scan_kernel`).
     Prefill64CpScan,
-    /// `prefill_chunk64.cu` `gdn_prefill64_cp_pass3_*`: last launch of the cp plan: walks segments 1.. for real
-    /// from their start states; the last writes new_state. Two forms, as pass 1 (`…_cp_pass3w_*`).
+    /// `prefill_chunk64.cu` `gdn_prefill64_cp_pass3_*`: last launch of the cp plan: walks segments 1.. (every
+    /// segment, for a head that cuts) for real from their start states; the last writes new_state. Two forms, as
+    /// pass 1 (`…_cp_pass3w_*`).
     Prefill64CpPass3,
 }
 
