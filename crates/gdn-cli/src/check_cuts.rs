@@ -10,8 +10,8 @@
 //! agreement, not that a cut ran: `gdn bench --gates` shows that in the time.
 
 use crate::backend::Engine;
-use crate::verify::{for_plan, refused, run_forced, verify_prepared_with, Prepared, Ran, Verdict};
-use anyhow::{Context, Result};
+use crate::verify::{judge_prepared, refused, rel_l2, Prepared, Verdict};
+use anyhow::Result;
 use gdn_core::workload::{GateRegime, WorkloadSpec};
 use gdn_core::{Heads, Outputs, StateBuf};
 use gdn_cuda::{ForcedPlan, PlanKind};
@@ -60,45 +60,25 @@ pub fn runs(specs: usize) -> usize {
 /// One workload: its rows (each plan against the reference, each pair's agreement).
 pub fn run(engine: &Engine, spec: &WorkloadSpec, seed: u64) -> Result<Vec<Verdict>> {
     let prepared = Prepared::new(spec, seed)?;
-    let mut rows = Vec::new();
     let bound = (spec.gate_regime == GateRegime::Slow).then_some(SLOW_REL_L2);
+    let mut rows = Vec::new();
     for (cut, exact) in PAIRS {
+        let mut outs = Vec::new();
         for plan in [cut, exact] {
-            let mut v = verify_prepared_with(engine, &prepared, Some(plan), bound)?;
+            let (mut v, out) = judge_prepared(engine, &prepared, Some(plan), bound)?;
             v.case = format!("{} [{}]", spec.label, plan.name());
+            outs.push((out, v.refused.clone()));
             rows.push(v);
         }
         let case = format!("{} [{} = {}]", spec.label, cut.name(), exact.name());
-        let (a, b) = match (
-            outputs(engine, &prepared, cut)?,
-            outputs(engine, &prepared, exact)?,
-        ) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(why), _) | (_, Err(why)) => {
-                rows.push(refused(&case, why));
-                continue;
+        match (&outs[0], &outs[1]) {
+            ((Some(a), _), (Some(b), _)) => rows.push(agreement(&case, a, b)),
+            ((None, why), _) | (_, (None, why)) => {
+                rows.push(refused(&case, why.clone().unwrap_or_default()))
             }
-        };
-        rows.push(agreement(&case, &a, &b));
+        }
     }
     Ok(rows)
-}
-
-/// The outputs of `plan` on the prepared inputs, or why it refused the shape.
-fn outputs(
-    engine: &Engine,
-    prepared: &Prepared,
-    plan: ForcedPlan,
-) -> Result<std::result::Result<Outputs, String>> {
-    let p = for_plan(&prepared.problem, Some(plan));
-    let x = p.inputs(&prepared.tensors);
-    let mut out = Outputs::poisoned(&p, &x);
-    match run_forced(engine, &p, &x, &mut out, Some(plan))
-        .with_context(|| format!("{} on {}", plan.name(), prepared.spec.label))?
-    {
-        Ran::Ran(_) => Ok(Ok(out)),
-        Ran::Refused(why) => Ok(Err(why)),
-    }
 }
 
 /// Distance in units in the last place between two bf16 values (their bits mapped to a monotone order); None
@@ -118,24 +98,13 @@ fn ulps(a: u16, b: u16) -> Option<u32> {
     Some(key(a).abs_diff(key(b)))
 }
 
-/// Relative L2 of `got − want` against `want`; infinite with a non-finite element.
+/// Relative L2 of `got − want` against `want` (`verify::rel_l2`); infinite with a non-finite element in either.
 fn state_rel(got: &StateBuf, want: &StateBuf) -> f64 {
-    let (g, w) = (got.to_f64(), want.to_f64());
-    let (mut e2, mut r2) = (0.0f64, 0.0f64);
-    for (a, b) in g.iter().zip(&w) {
-        if !a.is_finite() || !b.is_finite() {
-            return f64::INFINITY;
-        }
-        e2 += (a - b) * (a - b);
-        r2 += b * b;
+    let want = want.to_f64();
+    if want.iter().any(|x| !x.is_finite()) {
+        return f64::INFINITY;
     }
-    if r2 > 0.0 {
-        (e2 / r2).sqrt()
-    } else if e2 > 0.0 {
-        f64::INFINITY
-    } else {
-        0.0
-    }
+    rel_l2(got.to_f64().into_iter(), &want)
 }
 
 /// The agreement row of a cut plan's outputs `a` with its exact twin's `b`.

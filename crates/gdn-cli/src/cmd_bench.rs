@@ -201,7 +201,7 @@ pub fn main(a: Args) -> Result<()> {
         quick: a.quick,
         seed: a.seed,
     };
-    let all = match &a.seq_lens {
+    let mut all = match &a.seq_lens {
         _ if a.serving => crate::bench_serving::all(heads, &scope),
         Some(lens) => vec![classes::prefill_custom(
             heads,
@@ -215,7 +215,6 @@ pub fn main(a: Args) -> Result<()> {
             classes::mtp_anchors(heads, &scope),
         ],
     };
-    let mut all = all;
     if a.gates != GateRegime::Anchor {
         for c in all.iter_mut() {
             for spec in c.items.iter_mut().map(|(s, _)| s).chain([&mut c.check]) {

@@ -168,17 +168,18 @@ pub fn verify_prepared(
     prepared: &Prepared,
     plan: Option<ForcedPlan>,
 ) -> Result<Verdict> {
-    verify_prepared_with(engine, prepared, plan, None)
+    Ok(judge_prepared(engine, prepared, plan, None)?.0)
 }
 
 /// `verify_prepared` with the output's and the state's relative-L2 bounds replaced by `rel_l2` when given (a
-/// regime whose documented numerics differ: `check_cuts`' slow gates).
-pub fn verify_prepared_with(
+/// regime whose documented numerics differ: `check_cuts`' slow gates), returning the outputs too (none when the
+/// forced plan refused the shape).
+pub fn judge_prepared(
     engine: &Engine,
     prepared: &Prepared,
     plan: Option<ForcedPlan>,
     rel_l2: Option<(f64, f64)>,
-) -> Result<Verdict> {
+) -> Result<(Verdict, Option<Outputs>)> {
     let spec = &prepared.spec;
     let p = for_plan(&prepared.problem, plan);
     let x = p.inputs(&prepared.tensors);
@@ -190,7 +191,7 @@ pub fn verify_prepared_with(
         Ran::Ran(label) => label,
         Ran::Refused(why) => {
             let k = plan.map_or("auto", ForcedPlan::name);
-            return Ok(refused(&format!("{} [{k}]", spec.label), why));
+            return Ok((refused(&format!("{} [{k}]", spec.label), why), None));
         }
     };
     let r = &prepared.reference;
@@ -222,7 +223,7 @@ pub fn verify_prepared_with(
             );
         }
     }
-    Ok(v)
+    Ok((v, Some(out)))
 }
 
 /// `p` as `plan` gets it: the device plan serves the callers that give no length hint, so its own route plans
@@ -298,7 +299,7 @@ pub fn window_errors(p: &Problem, x: &Inputs, out: &Outputs, r: &RefOutputs) -> 
 }
 
 /// ‖got − want‖ / ‖want‖; infinite when `got` holds a NaN or an infinity, or `want` is zero and `got` is not.
-fn rel_l2(got: impl Iterator<Item = f64>, want: &[f64]) -> f64 {
+pub fn rel_l2(got: impl Iterator<Item = f64>, want: &[f64]) -> f64 {
     let (mut e2, mut r2) = (0.0f64, 0.0f64);
     for (g, &w) in got.zip(want) {
         if !g.is_finite() {

@@ -1,8 +1,8 @@
 //! The prefill overrides (`GDN_KERNEL=<name>`, passed in by the caller) and the forced plans of `gdn check`.
 //!
 //! The grammar: `host` keeps the host's plan (without a length hint, the equal-length plan rather than the device
-//! plan); `cp-exact`, `cp2-exact` force cp / cp2 without cuts; `device`, `device-fused`, `device-fused-skew`, `device-chunk64`, `device-cp` force the device plan (the
-//! model's thresholds, or every call to one route: `DeviceRoute`); any other name picks a registry variant, which
+//! plan); `cp-exact`, `cp2-exact` force cp / cp2 without cuts; `device`, `device-fused`, `device-fused-skew`,
+//! `device-chunk64`, `device-cp` force the device plan (the model's thresholds, or every call to one route: `DeviceRoute`); any other name picks a registry variant, which
 //! must be of the right family and state dtype and still passes every limit check: a `gdn_prefill_*` kernel forces
 //! the fused plan with that kernel; `gdn_prefill64_prep` or the walk of the call's state dtype forces the chunk64
 //! plan; a `gdn_prefill64_cp_*` kernel forces cp (segments by `host::cp_forced_segments`), with two-warpgroup walks
@@ -29,9 +29,7 @@ pub fn forced(s: &Shape, caps: &DeviceCaps, name: &str) -> Result<PrefillPlan, R
         return host::plan(s, caps);
     }
     if let Some(&(_, wg)) = CP_EXACT_OVERRIDES.iter().find(|(n, _)| *n == name) {
-        let g = host::cp_forced_segments(s, caps.sm_count as u64, wg);
-        let why = format!("forced by override '{name}'");
-        let mut plan = host::cp_plan(s, caps, (g, host::cp_seg_chunks(s, g), wg), why)?;
+        let mut plan = forced_cp(s, caps, wg, name)?;
         if let PrefillPlan::ContextParallel { cuts, .. } = &mut plan {
             *cuts = false;
         }
@@ -45,7 +43,6 @@ pub fn forced(s: &Shape, caps: &DeviceCaps, name: &str) -> Result<PrefillPlan, R
         problem,
     };
     let v = registry::find(name).ok_or_else(|| bad("no such kernel in the registry".into()))?;
-    let forced_why = format!("forced by override '{name}'");
     match v.family {
         Family::Prefill => Ok(PrefillPlan::Fused {
             variant: host::fused_launch(s, caps, Some(name))?,
@@ -62,21 +59,29 @@ pub fn forced(s: &Shape, caps: &DeviceCaps, name: &str) -> Result<PrefillPlan, R
                 s.state.name()
             )))
         }
-        Family::Prefill64Prep | Family::Prefill64Walk => host::chunk64_plan(s, caps, forced_why),
+        Family::Prefill64Prep | Family::Prefill64Walk => {
+            host::chunk64_plan(s, caps, format!("forced by override '{name}'"))
+        }
         Family::Prefill64CpPass1 | Family::Prefill64CpScan | Family::Prefill64CpPass3 => {
             // a pass names its walk form; a scan names none: one warpgroup
             let wg = match v.family {
                 Family::Prefill64CpScan => 1,
                 _ => registry::walk_warpgroups(v) as u64,
             };
-            let g = host::cp_forced_segments(s, caps.sm_count as u64, wg);
-            host::cp_plan(s, caps, (g, host::cp_seg_chunks(s, g), wg), forced_why)
+            forced_cp(s, caps, wg, name)
         }
         other => Err(bad(format!(
             "it is a {other:?} kernel; a prefill call takes gdn_prefill_* (fused plan), \
              gdn_prefill64_prep / _walk_* (chunk64 plan) or gdn_prefill64_cp_* (cp plan)"
         ))),
     }
+}
+
+/// The cp plan with `wg` warpgroups per walk CTA that override `name` forces: the default segment count.
+fn forced_cp(s: &Shape, caps: &DeviceCaps, wg: u64, name: &str) -> Result<PrefillPlan, Rejection> {
+    let g = host::cp_forced_segments(s, caps.sm_count as u64, wg);
+    let why = format!("forced by override '{name}'");
+    host::cp_plan(s, caps, (g, host::cp_seg_chunks(s, g), wg), why)
 }
 
 /// The override name that forces prefill plan `kind` for `s`: fused → the kernel the automatic fused rule
